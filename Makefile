@@ -1,0 +1,41 @@
+# ringzero: the user's map. Every target builds the virtualenv it needs first.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+# Open MPI refuses root without these; --oversubscribe lets more ranks than cores run.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+MPIRUN  := $(BIN)/mpirun --oversubscribe
+NP      ?= 2
+
+.PHONY: venv test demo bench gpu-check clean
+
+venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
+
+$(STAMP): requirements.txt setup.py
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+test: $(STAMP)  ## the whole suite: simulated ranks, real mpirun jobs (n=1..5), nvcc compile checks
+	$(BIN)/python -m pytest -q tests
+
+demo: $(STAMP)  ## a short benchmark sweep on 2 ranks plus one correctness line per collective
+	$(MPIRUN) -n $(NP) $(BIN)/python examples/demo.py
+	$(MPIRUN) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 4M -f 4 -w 2 -n 10 \
+		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi
+
+bench: $(STAMP)  ## default sweep on 2 ranks, ring vs MPI, JSON under bench/results/
+	$(MPIRUN) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \
+		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi \
+		--json bench/results/collectives-cpu-n$(NP).json
+
+gpu-check: $(STAMP)  ## on a GPU machine: GPU tests, kernel and collective benchmarks
+	bash bench/gpu_check.sh
+
+clean:  ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache build *.egg-info

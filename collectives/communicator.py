@@ -1,0 +1,316 @@
+"""The public object: ``Communicator`` and its collectives.
+
+Every call checks its arguments on the caller's thread before a byte moves,
+then runs (now, or queued behind earlier async calls) as: header agreement
+(see agree.py), then the algorithm chosen at construction.
+"""
+from __future__ import annotations
+
+import itertools
+import numbers
+
+import numpy as np
+
+from . import ring, small
+from .agree import ALGORITHMS, COLLECTIVES, agree, digest, make_header
+from .context import Context
+from .dtypes import check_op, dtype_code
+from .errors import CollectiveError
+from .kernels import is_device_array, kernels_for
+from .schedule import split_counts
+from .work import Engine, Work
+
+DEFAULT_CHUNK_BYTES = 256 * 1024
+DEFAULT_SMALL_BYTES = 16 * 1024
+_ids = itertools.count()
+
+
+class Communicator:
+    """Ring collectives over a group of ranks.
+
+    Args:
+      mpi_comm: an mpi4py communicator; COMM_WORLD when None.
+      algorithm: "ring" (ours), "mpi" (MPI's own collectives, the baseline)
+        or "nccl" (GPU baseline).
+      timeout: seconds every collective may take before it raises
+        CollectiveTimeout naming the rank, peer, step and chunk.
+      chunk_bytes: the ring's chunk size; small values exercise the
+        multi-chunk paths in tests.
+      small_bytes: all-reduces up to this size use recursive doubling.
+      verify: run the header agreement before every collective (on by
+        default; benchmarks of MPI's own collectives turn it off).
+      transport: a ready transport (e.g. ``Fabric(n).transport(r)`` for
+        simulated ranks) instead of MPI.
+      tracer: optional recorder of every send, receive, wait and reduce.
+    """
+
+    def __init__(self, mpi_comm=None, algorithm: str = "ring", timeout: float = 300.0, *,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, small_bytes: int = DEFAULT_SMALL_BYTES,
+                 verify: bool = True, transport=None, tracer=None):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if chunk_bytes < 1 or small_bytes < 0:
+            raise ValueError(f"bad chunk_bytes={chunk_bytes} or small_bytes={small_bytes}")
+        self.algorithm, self.timeout = algorithm, float(timeout)
+        self.chunk_bytes, self.small_bytes, self.verify = int(chunk_bytes), int(small_bytes), verify
+        self.tracer = tracer
+        self._mpi_algo = None
+        if transport is None:
+            from mpi4py import MPI
+
+            from .transport.mpi import MpiTransport
+            transport = MpiTransport(mpi_comm if mpi_comm is not None else MPI.COMM_WORLD)
+            if algorithm == "mpi":
+                from .mpi_algo import MpiAlgorithm
+                self._mpi_algo = MpiAlgorithm(transport.comm)
+        elif algorithm != "ring":
+            raise ValueError(f"algorithm {algorithm!r} needs an MPI communicator, not a custom transport")
+        if algorithm == "nccl":
+            from .nccl_algo import NcclAlgorithm  # raises a clear error without cupy/NCCL
+            self._nccl = NcclAlgorithm(transport)
+        self.transport = transport
+        self.rank, self.size = transport.rank, transport.size
+        self._seq = 0
+        self._scratch: dict = {}
+        self._broken: BaseException | None = None
+        self._device_transport = None
+        self._engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
+
+    # ------------------------------------------------------------------ API
+    def all_reduce(self, x, op: str = "sum", out=None, async_op: bool = False):
+        """Reduce ``x`` over all ranks; every rank gets the result.
+
+        Args:
+          x: contiguous numpy or cupy array.
+          op: "sum", "avg", "max", "min" or "prod".
+          out: where to write (same shape size and dtype); ``out=x`` is in place.
+          async_op: return a Work instead of the result.
+        """
+        code = check_op(op)
+        self._check_array(x, "x")
+        out = self._out(out, x, x.size, "out", like=x)
+        hdr = self._header("all_reduce", x, op=code, count=x.size)
+        xf, of = x.reshape(-1), out.reshape(-1)
+        return self._launch("all_reduce", hdr, lambda ctx: self._all_reduce(ctx, xf, of, op), out, async_op)
+
+    def reduce_scatter(self, x, op: str = "sum", out=None, counts=None, async_op: bool = False):
+        """Reduce ``x`` over all ranks; rank r gets the r-th segment.
+
+        Args:
+          x: contiguous array; its flat elements are split into segments.
+          op: reduction op.
+          out: receives counts[rank] elements.
+          counts: elements per rank (uneven and zero allowed); by default an
+            equal split, which needs x.size divisible by the world size.
+          async_op: return a Work instead of the result.
+        """
+        code = check_op(op)
+        self._check_array(x, "x")
+        if counts is None:
+            if x.size % self.size:
+                raise ValueError(f"reduce_scatter: x has {x.size} elements, not divisible by "
+                                 f"world size {self.size}; pass counts= for an uneven split")
+            counts = [x.size // self.size] * self.size
+        else:
+            counts = self._check_counts(counts, "reduce_scatter")
+            if sum(counts) != x.size:
+                raise ValueError(f"reduce_scatter: counts add up to {sum(counts)}, x has {x.size} elements")
+        out = self._out(out, x, counts[self.rank], "out")
+        if not is_device_array(x) and np.shares_memory(out, x):
+            raise ValueError("reduce_scatter: out must not overlap x")
+        hdr = self._header("reduce_scatter", x, op=code, count=x.size, counts=digest(counts))
+        xf, of = x.reshape(-1), out.reshape(-1)
+        return self._launch("reduce_scatter", hdr,
+                            lambda ctx: self._reduce_scatter(ctx, xf, of, counts, op), out, async_op)
+
+    def all_gather(self, x, out=None, counts=None, async_op: bool = False):
+        """Gather every rank's ``x`` into one flat array, in rank order.
+
+        Args:
+          x: this rank's piece (contiguous).
+          out: receives sum(counts) elements.
+          counts: elements per rank; by default every piece has x.size.
+          async_op: return a Work instead of the result.
+        """
+        self._check_array(x, "x")
+        if counts is None:
+            counts, cnt = [x.size] * self.size, x.size
+        else:
+            counts = self._check_counts(counts, "all_gather")
+            if counts[self.rank] != x.size:
+                raise ValueError(f"all_gather: counts[{self.rank}] = {counts[self.rank]} but x has "
+                                 f"{x.size} elements on rank {self.rank}")
+            cnt = sum(counts)
+        out = self._out(out, x, sum(counts), "out")
+        hdr = self._header("all_gather", x, count=cnt, counts=digest(counts))
+        xf, of = x.reshape(-1), out.reshape(-1)
+        return self._launch("all_gather", hdr, lambda ctx: self._all_gather(ctx, xf, of, counts), out, async_op)
+
+    def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
+        """Copy ``root``'s ``x`` to every rank. ``out=x`` works in place."""
+        self._check_array(x, "x")
+        if not isinstance(root, numbers.Integral) or not 0 <= root < self.size:
+            raise ValueError(f"broadcast: root {root!r} is not a rank of this group (size {self.size})")
+        out = self._out(out, x, x.size, "out", like=x)
+        hdr = self._header("broadcast", x, count=x.size, root=int(root))
+        xf, of = x.reshape(-1), out.reshape(-1)
+        return self._launch("broadcast", hdr, lambda ctx: self._broadcast(ctx, xf, of, int(root)), out, async_op)
+
+    def barrier(self, async_op: bool = False):
+        """Return once every rank has entered the barrier."""
+        hdr = self._header("barrier", None)
+        return self._launch("barrier", hdr, lambda ctx: None, None, async_op, force_verify=True)
+
+    def close(self) -> None:
+        """Finish queued work and release the progress thread and MPI resources."""
+        self._engine.close()
+        if self._mpi_algo is not None:
+            self._mpi_algo.close()
+        self.transport.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Communicator rank {self.rank}/{self.size} algorithm={self.algorithm}>"
+
+    # ------------------------------------------------------------ execution
+    def _launch(self, name, hdr, body, result, async_op, force_verify=False):
+        label = f"{name} #{self._seq - 1}"
+        verify = self.verify or force_verify
+
+        def task():
+            if self._broken is not None:
+                raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
+                                      f"earlier error: {self._broken}") from self._broken
+            ctx = Context(self._transport_for(result), self._kernels(result), label, self.timeout,
+                          self._chunk_elems(result), self._get_scratch, self.tracer)
+            try:
+                if ctx.tracer is not None:
+                    ctx.tracer.begin(label, rank=self.rank)
+                if verify:
+                    agree(ctx, hdr)
+                body(ctx)
+                if ctx.tracer is not None:
+                    ctx.tracer.end(label, rank=self.rank)
+            except BaseException as e:
+                self._broken = e
+                raise
+            return result
+
+        if async_op:
+            return self._engine.submit(task, label)
+        return self._engine.run(task, label)
+
+    def _all_reduce(self, ctx, x, out, op):
+        base = "sum" if op == "avg" else op
+        if self._mpi_algo is not None:
+            return self._mpi_algo.all_reduce(x, out, op)
+        if out.nbytes <= self.small_bytes:
+            small.all_reduce(ctx, x, out, base)
+        else:
+            ring.all_reduce(ctx, x, out, split_counts(x.size, self.size, _granule(x)), base)
+        if op == "avg":
+            ctx.kernels.scale(out, self.size)
+
+    def _reduce_scatter(self, ctx, x, out, counts, op):
+        if self._mpi_algo is not None:
+            return self._mpi_algo.reduce_scatter(x, out, counts, op)
+        ring.reduce_scatter(ctx, x, out, counts, "sum" if op == "avg" else op)
+        if op == "avg":
+            ctx.kernels.scale(out, self.size)
+
+    def _all_gather(self, ctx, x, out, counts):
+        if self._mpi_algo is not None:
+            return self._mpi_algo.all_gather(x, out, counts)
+        ring.all_gather(ctx, x, out, counts)
+
+    def _broadcast(self, ctx, x, out, root):
+        if out is not x and self.rank == root:
+            ctx.kernels.copy(out, x)
+        if self._mpi_algo is not None:
+            return self._mpi_algo.broadcast(out, root)
+        ring.broadcast(ctx, out, root)
+
+    # ------------------------------------------------------------- helpers
+    def _header(self, name, x, **fields):
+        seq = self._seq
+        self._seq += 1
+        return make_header(seq=seq, collective=COLLECTIVES[name], algorithm=ALGORITHMS[self.algorithm],
+                           chunk=self.chunk_bytes, small=self.small_bytes,
+                           dtype=dtype_code(x.dtype) if x is not None else 0,
+                           device=int(x is not None and is_device_array(x)), **fields)
+
+    def _transport_for(self, x):
+        """The transport that moves ``x``: host arrays go straight over MPI;
+        device (cupy) arrays go through the device transport (CUDA-aware MPI,
+        CUDA IPC or pinned-host staging; see transport/device.py)."""
+        if x is None or not is_device_array(x):
+            return self.transport
+        if self._device_transport is None:
+            from .transport.device import make_device_transport
+            self._device_transport = make_device_transport(self.transport)
+        return self._device_transport
+
+    def _kernels(self, x):
+        return kernels_for(x) if x is not None else kernels_for(np.empty(0))
+
+    def _chunk_elems(self, x):
+        return max(1, self.chunk_bytes // (x.dtype.itemsize if x is not None else 1))
+
+    def _get_scratch(self, name, n, dtype):
+        """Reusable scratch arrays: fresh allocations would page-fault on every call."""
+        key = (name, np.dtype(dtype).str)
+        buf = self._scratch.get(key)
+        if buf is None or buf.size < n:
+            buf = self._kernels_for_dtype().empty(max(n, 1), dtype)
+            self._scratch[key] = buf
+        return buf[:n]
+
+    def _kernels_for_dtype(self):
+        return kernels_for(np.empty(0))
+
+    @staticmethod
+    def _check_array(x, name):
+        if not isinstance(x, np.ndarray) and not is_device_array(x):
+            raise TypeError(f"{name} must be a numpy or cupy array, got {type(x).__name__}")
+        dtype_code(x.dtype)  # TypeError for unsupported dtypes
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous (got strides {x.strides}); pass x.copy()")
+
+    def _out(self, out, x, n, name, like=None):
+        if out is None:
+            if like is not None:
+                return kernels_for(x).xp.empty_like(like)
+            return kernels_for(x).xp.empty(n, dtype=x.dtype)
+        self._check_array(out, name)
+        if out.dtype != x.dtype:
+            raise TypeError(f"{name} has dtype {out.dtype}, x has {x.dtype}")
+        if out.size != n:
+            raise ValueError(f"{name} has {out.size} elements, expected {n}")
+        if is_device_array(out) != is_device_array(x):
+            raise TypeError(f"{name} and x must both be host (numpy) or both device (cupy) arrays")
+        if not is_device_array(out) and not out.flags.writeable:
+            raise ValueError(f"{name} is read-only")
+        return out
+
+    def _check_counts(self, counts, what):
+        try:
+            counts = [int(c) for c in counts]
+        except (TypeError, ValueError):
+            raise TypeError(f"{what}: counts must be a sequence of integers, got {counts!r}") from None
+        if len(counts) != self.size:
+            raise ValueError(f"{what}: counts has {len(counts)} entries, world size is {self.size}")
+        if any(c < 0 for c in counts):
+            raise ValueError(f"{what}: counts must be >= 0, got {counts}")
+        return counts
+
+
+def _granule(x) -> int:
+    """Segments start on 64-byte boundaries so vector loads stay aligned."""
+    return max(1, 64 // x.dtype.itemsize)

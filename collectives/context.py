@@ -1,0 +1,74 @@
+"""What one running collective needs: transport, kernels, deadline, scratch, trace.
+
+``Context.wait`` is the only place that blocks. It polls the transport
+against the collective's deadline, so a collective never hangs: a peer that
+never sends turns into a :class:`CollectiveTimeout` naming this rank, the
+peer, the step and the chunk.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from .errors import CollectiveTimeout
+
+_SPIN_S = 50e-6  # busy-poll this long first: small messages arrive within it
+_YIELD_S = 2e-3  # then poll and yield the core (other ranks may share it)
+_MAX_SLEEP_S = 1e-3
+
+
+class Context:
+    """Per-collective state handed to the algorithms.
+
+    Args:
+      transport: moves bytes (MPI or in-process).
+      kernels: reduces arrays (numpy or CUDA).
+      label: names the collective in errors, e.g. "all_reduce #12".
+      timeout: seconds until the deadline.
+      chunk: chunk size in elements.
+      scratch: a callable (name, n, dtype) -> reusable array.
+      tracer: optional recorder with ``event(**fields)``.
+    """
+
+    def __init__(self, transport, kernels, label, timeout, chunk, scratch, tracer=None):
+        self.transport, self.kernels, self.label = transport, kernels, label
+        self.rank, self.size = transport.rank, transport.size
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.chunk = chunk
+        self.scratch = scratch
+        self.tracer = tracer
+
+    def wait(self, handles, *, peer: int, step, chunk, what: str) -> None:
+        """Block until every handle completes, or raise at the deadline."""
+        t = self.transport
+        if t.testall(handles):
+            return
+        tracer = self.tracer
+        t0 = time.perf_counter() if tracer is not None else 0.0
+        start = time.monotonic()
+        sleep = 20e-6
+        while not t.testall(handles):
+            now = time.monotonic()
+            waited = now - start
+            if waited < _SPIN_S:
+                continue
+            if now > self.deadline:
+                t.cancel(handles)
+                raise CollectiveTimeout(
+                    f"rank {self.rank}: {self.label} timed out after {self.timeout:g} s: "
+                    f"{what} {'from' if what.startswith('recv') else 'to'} rank {peer} "
+                    f"never completed (step {step}, chunk {chunk})")
+            if waited < _YIELD_S:
+                os.sched_yield()
+                time.sleep(0)
+            else:
+                time.sleep(sleep)
+                sleep = min(sleep * 2, _MAX_SLEEP_S)
+        if tracer is not None:
+            tracer.event(action="wait", what=what, peer=peer, step=step, chunk=chunk,
+                         t0=t0, t1=time.perf_counter())
+
+    def record(self, action: str, **fields) -> None:
+        if self.tracer is not None:
+            self.tracer.event(action=action, **fields)

@@ -1,0 +1,56 @@
+"""The dtypes and reduction ops the library accepts, stated once.
+
+Half types (float16, bfloat16) are reduced in float32 and rounded once per
+step; everything else is reduced in its own type.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+# name -> (numpy dtype, wire code). Codes travel in the header; never reorder.
+DTYPES: dict[str, tuple[np.dtype, int]] = {
+    "float16": (np.dtype(np.float16), 1),
+    "bfloat16": (bfloat16, 2),
+    "float32": (np.dtype(np.float32), 3),
+    "float64": (np.dtype(np.float64), 4),
+    "int32": (np.dtype(np.int32), 5),
+    "int64": (np.dtype(np.int64), 6),
+}
+HALF = frozenset({"float16", "bfloat16"})
+OPS: dict[str, int] = {"sum": 1, "prod": 2, "max": 3, "min": 4, "avg": 5}
+
+
+def dtype_name(dtype) -> str:
+    """Name of a supported dtype, or TypeError naming the supported ones."""
+    dt = np.dtype(dtype)
+    for name, (npdt, _) in DTYPES.items():
+        if dt == npdt:
+            return name
+    raise TypeError(f"unsupported dtype {dt}; supported: {', '.join(DTYPES)}")
+
+
+def dtype_code(dtype) -> int:
+    return DTYPES[dtype_name(dtype)][1]
+
+
+def to_dtype(name: str) -> np.dtype:
+    try:
+        return DTYPES[name][0]
+    except KeyError:
+        raise TypeError(f"unknown dtype {name!r}; supported: {', '.join(DTYPES)}") from None
+
+
+def check_op(op: str) -> int:
+    """Wire code of a reduction op, or ValueError naming the valid ones."""
+    try:
+        return OPS[op]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown op {op!r}; valid ops: {', '.join(OPS)}") from None
+
+
+def accumulate_dtype(dtype) -> np.dtype:
+    """The type a reduction computes in: float32 for half types."""
+    return np.dtype(np.float32) if dtype_name(dtype) in HALF else np.dtype(dtype)

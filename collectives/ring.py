@@ -1,0 +1,166 @@
+"""Ring reduce-scatter, all-gather and all-reduce, and a pipelined broadcast.
+
+The executor only moves bytes and calls kernels; *which* segment goes where
+at each step comes from :mod:`collectives.schedule` (read its docstring for
+the picture of segments and chunks).
+
+Pipelining. Within a reduce-scatter step every chunk's receive is posted at
+once; chunk k is reduced as soon as it lands, while chunk k + 1 is still on
+the wire, and the reduced chunk is sent on to the right neighbour at once
+(it is the next step's input). So the link never idles for a whole segment
+and the reduce reads data that has just arrived, still in cache. The
+all-gather posts every receive of every step up front, each into its final
+place in the output, and forwards each chunk the moment it arrives.
+
+Buffers. Reduce-scatter keeps partial results in two scratch segments used
+in turn (the one sent at step t + 1 is the one reduced at step t), and the
+last step reduces straight into ``out``. All-reduce needs no such scratch:
+each segment's partial lives in its own place in ``out``, since every
+segment is reduced at most once per rank. ``x`` is only ever read, so
+``out=x`` (in place) and ``out=None`` (a new array) take the same path.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .schedule import Range, all_gather_step, chunks, offsets, reduce_scatter_step
+
+TAG_DATA = 21
+
+
+def _seg(offs: list[int], s: int) -> slice:
+    return slice(offs[s], offs[s + 1])
+
+
+def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest) -> None:
+    """Ring reduce-scatter steps 0 .. N-2; ``dest(step, seg)`` is where a partial lands."""
+    n, r, tr, k = ctx.size, ctx.rank, ctx.transport, ctx.kernels
+    right, left = (r + 1) % n, (r - 1) % n
+    offs = offsets(counts)
+    recvbuf = ctx.scratch("recv", max(counts), x.dtype)
+
+    send_seg, _ = reduce_scatter_step(r, n, 0)
+    src = x[_seg(offs, send_seg)]
+    sends = [tr.isend(src[c.slice()], right, TAG_DATA)
+             for c in chunks(Range(0, counts[send_seg]), ctx.chunk)]
+    ctx.record("send", step=0, peer=right, seg=send_seg, nbytes=src.nbytes)
+    for t in range(n - 1):
+        send_seg, recv_seg = reduce_scatter_step(r, n, t)
+        rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
+        rreqs = [tr.irecv(recvbuf[c.slice()], left, TAG_DATA) for c in rchunks]
+        mine = x[_seg(offs, recv_seg)]
+        dst = dest(t, recv_seg)
+        forward = t + 1 < n - 1  # what we reduce now is sent at the next step
+        next_sends = []
+        for i, c in enumerate(rchunks):
+            ctx.wait([rreqs[i]], peer=left, step=t, chunk=i, what="receive")
+            s = c.slice()
+            k.reduce(op, mine[s], recvbuf[s], dst[s])
+            if forward:
+                next_sends.append(tr.isend(dst[s], right, TAG_DATA))
+        ctx.record("recv", step=t, peer=left, seg=recv_seg, nbytes=mine.nbytes)
+        ctx.record("reduce", step=t, seg=recv_seg, nbytes=mine.nbytes)
+        ctx.wait(sends, peer=right, step=t, chunk="all", what="send")
+        if forward:
+            ctx.record("send", step=t + 1, peer=right, seg=recv_seg, nbytes=mine.nbytes)
+        sends = next_sends
+
+
+def _gather_phase(ctx, buf: np.ndarray, counts: list[int]) -> None:
+    """Ring all-gather steps in place: ``buf`` holds this rank's segment already."""
+    n, r, tr = ctx.size, ctx.rank, ctx.transport
+    right, left = (r + 1) % n, (r - 1) % n
+    offs = offsets(counts)
+    steps = []  # per step: (segment, its chunks, their receive handles)
+    for t in range(n - 1):
+        _, recv_seg = all_gather_step(r, n, t)
+        view = buf[_seg(offs, recv_seg)]
+        rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
+        steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, TAG_DATA) for c in rchunks]))
+    own = buf[_seg(offs, r)]
+    sends = [tr.isend(own[c.slice()], right, TAG_DATA) for c in chunks(Range(0, counts[r]), ctx.chunk)]
+    ctx.record("send", step=0, peer=right, seg=r, nbytes=own.nbytes)
+    for t, (seg, view, rchunks, rreqs) in enumerate(steps):
+        forward = t + 1 < n - 1
+        for i, c in enumerate(rchunks):
+            ctx.wait([rreqs[i]], peer=left, step=t, chunk=i, what="receive")
+            if forward:
+                sends.append(tr.isend(view[c.slice()], right, TAG_DATA))
+        ctx.record("recv", step=t, peer=left, seg=seg, nbytes=view.nbytes)
+        if forward:
+            ctx.record("send", step=t + 1, peer=right, seg=seg, nbytes=view.nbytes)
+    ctx.wait(sends, peer=right, step=n - 2, chunk="all", what="send")
+
+
+def reduce_scatter(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) -> None:
+    """out <- segment ``rank`` of the reduction of every rank's ``x``.
+
+    Args:
+      x: flat input, len(x) == sum(counts).
+      out: flat output of counts[rank] elements; may not alias x.
+      counts: elements per segment, one per rank.
+      op: sum, prod, max or min.
+    """
+    n, r = ctx.size, ctx.rank
+    offs = offsets(counts)
+    if n == 1:
+        ctx.kernels.copy(out, x[_seg(offs, 0)])
+        return
+    big = max(counts)
+    acc = (ctx.scratch("acc0", big, x.dtype), ctx.scratch("acc1", big, x.dtype))
+
+    def dest(t, seg):
+        return out if t == n - 2 else acc[t % 2][: counts[seg]]
+
+    _reduce_phase(ctx, x, counts, op, dest)
+
+
+def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
+    """out <- every rank's ``x`` in rank order (x has counts[rank] elements)."""
+    offs = offsets(counts)
+    own = out[_seg(offs, ctx.rank)]
+    if own.size and not np.shares_memory(own, x):
+        ctx.kernels.copy(own, x)
+    if ctx.size > 1:
+        _gather_phase(ctx, out, counts)
+
+
+def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) -> None:
+    """out <- reduction of every rank's ``x``: reduce-scatter, then all-gather.
+
+    ``counts`` is how the buffer is split into segments (see split_counts).
+    ``out`` may be ``x`` itself.
+    """
+    n = ctx.size
+    if n == 1:
+        if out is not x:
+            ctx.kernels.copy(out, x)
+        return
+    offs = offsets(counts)
+    _reduce_phase(ctx, x, counts, op, lambda t, seg: out[_seg(offs, seg)])
+    _gather_phase(ctx, out, counts)
+
+
+def broadcast(ctx, buf: np.ndarray, root: int) -> None:
+    """Pipelined chain from ``root`` around the ring; ``buf`` is in and out."""
+    n, r, tr = ctx.size, ctx.rank, ctx.transport
+    if n == 1:
+        return
+    right, left = (r + 1) % n, (r - 1) % n
+    hop = (r - root) % n  # 0 at the root, n-1 at the end of the chain
+    cs = chunks(Range(0, buf.size), ctx.chunk)
+    if hop == 0:
+        sends = [tr.isend(buf[c.slice()], right, TAG_DATA) for c in cs]
+        ctx.record("send", step=0, peer=right, seg=root, nbytes=buf.nbytes)
+        ctx.wait(sends, peer=right, step=0, chunk="all", what="send")
+        return
+    rreqs = [tr.irecv(buf[c.slice()], left, TAG_DATA) for c in cs]
+    sends = []
+    for i, c in enumerate(cs):
+        ctx.wait([rreqs[i]], peer=left, step=hop - 1, chunk=i, what="receive")
+        if hop < n - 1:
+            sends.append(tr.isend(buf[c.slice()], right, TAG_DATA))
+    ctx.record("recv", step=hop - 1, peer=left, seg=root, nbytes=buf.nbytes)
+    if hop < n - 1:
+        ctx.record("send", step=hop, peer=right, seg=root, nbytes=buf.nbytes)
+        ctx.wait(sends, peer=right, step=hop, chunk="all", what="send")

@@ -1,0 +1,137 @@
+"""The ring as a pure schedule: which segment each rank sends and receives.
+
+A buffer of ``n`` elements is cut into ``world`` *segments* (``counts``, uneven
+and empty ones allowed); segment ``s`` starts at ``offsets(counts)[s]``.
+
+Reduce-scatter, step t = 0 .. world-2: rank r sends segment (r - t - 1) to
+its right neighbour r + 1 and receives segment (r - t - 2) from its left
+neighbour r - 1, which it reduces into its own copy. What a rank reduces at
+step t is what it sends at step t + 1, so after world - 1 steps rank r holds
+segment r reduced over every rank.
+
+All-gather, step t: rank r sends segment (r - t) and receives (r - t - 1):
+the segment it received at step t is the one it forwards at step t + 1.
+
+Within a step, each segment is cut into *chunks* of at most ``chunk`` elements.
+The executor posts every chunk's receive at once and reduces chunk k while
+chunk k + 1 is still arriving, so the reduce reads data that is still in
+cache and the wire stays busy. Sender and receiver cut the same segment from
+the same counts, so they agree on the chunks without telling each other;
+an empty segment has no chunks and sends nothing.
+
+Everything here is pure: tests check it for every world size up to 16.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Range:
+    """Half-open element range [start, stop) of a flat buffer."""
+
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    def slice(self) -> slice:
+        return slice(self.start, self.stop)
+
+
+def split_counts(n: int, world: int, granule: int = 1) -> list[int]:
+    """Split n elements into ``world`` segments, as even as possible.
+
+    Segments are multiples of ``granule`` elements (for aligned vector loads)
+    except the last non-empty one; earlier segments take the remainder first.
+    """
+    if n < 0 or world < 1 or granule < 1:
+        raise ValueError(f"split_counts: bad n={n}, world={world}, granule={granule}")
+    units, tail = divmod(n, granule)
+    base, extra = divmod(units, world)
+    counts = [(base + (1 if s < extra else 0)) * granule for s in range(world)]
+    if tail:
+        last = max((s for s in range(world) if counts[s]), default=0)
+        counts[last] += tail
+    return counts
+
+
+def offsets(counts: list[int]) -> list[int]:
+    """Start offset of every segment, plus the total at the end."""
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + c)
+    return out
+
+
+def segment(counts: list[int], s: int) -> Range:
+    start = sum(counts[:s])
+    return Range(start, start + counts[s])
+
+
+def reduce_scatter_step(rank: int, world: int, step: int) -> tuple[int, int]:
+    """(segment sent to rank+1, segment received from rank-1) at ``step``."""
+    return (rank - step - 1) % world, (rank - step - 2) % world
+
+
+def all_gather_step(rank: int, world: int, step: int) -> tuple[int, int]:
+    """(segment sent to rank+1, segment received from rank-1) at ``step``."""
+    return (rank - step) % world, (rank - step - 1) % world
+
+
+def schedule(kind: str, rank: int, world: int, step: int, counts: list[int]) -> tuple[Range, Range]:
+    """(send range, receive range) in elements for one ring step.
+
+    Args:
+      kind: "reduce_scatter" or "all_gather".
+      rank, world: this rank and the ring size.
+      step: 0 .. world - 2.
+      counts: elements per segment, one per rank.
+    """
+    if not 0 <= step < world - 1:
+        raise ValueError(f"step {step} out of range for a ring of {world}")
+    fn = reduce_scatter_step if kind == "reduce_scatter" else all_gather_step
+    send, recv = fn(rank, world, step)
+    return segment(counts, send), segment(counts, recv)
+
+
+def chunks(rng: Range, chunk: int) -> list[Range]:
+    """Cut a range into chunks of at most ``chunk`` elements (none if empty)."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 element, got {chunk}")
+    return [Range(s, min(s + chunk, rng.stop)) for s in range(rng.start, rng.stop, chunk)]
+
+
+def halving_peers(rank: int, world: int) -> tuple[int, list[int]]:
+    """Recursive doubling plan for ``world`` ranks that need not be a power of two.
+
+    Returns (p, partners): p is the largest power of two <= world. Ranks
+    r >= p first fold their data into rank r - p and get the result back at
+    the end; ranks r < p exchange with r ^ 1, r ^ 2, r ^ 4, ... in turn.
+    ``partners`` is empty for the folded ranks.
+    """
+    p = 1
+    while p * 2 <= world:
+        p *= 2
+    if rank >= p:
+        return p, []
+    partners, d = [], 1
+    while d < p:
+        partners.append(rank ^ d)
+        d *= 2
+    return p, partners
+
+
+def dissemination_peers(rank: int, world: int) -> list[tuple[int, int]]:
+    """(send to, receive from) for each round of a dissemination exchange.
+
+    After ceil(log2 world) rounds every rank has (transitively) heard from
+    every other, which is all an idempotent min/max agreement needs.
+    """
+    rounds, d = [], 1
+    while d < world:
+        rounds.append(((rank + d) % world, (rank - d) % world))
+        d *= 2
+    return rounds

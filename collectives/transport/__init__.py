@@ -1,0 +1,15 @@
+"""Transports move bytes between two ranks; the algorithms never see MPI.
+
+A transport has ``rank``, ``size`` and four calls:
+``isend(buf, peer, tag)`` and ``irecv(buf, peer, tag)`` return a handle;
+``test(handle)`` drives progress and says whether it is done; ``cancel``
+gives up on handles after an error. ``buf`` is a 1-D contiguous array of
+any dtype; it is moved as raw bytes.
+
+Messages between one pair of ranks with one tag are matched in the order
+they were posted, as MPI guarantees.
+"""
+from .inproc import Fabric, InProcTransport
+from .mpi import MpiTransport
+
+__all__ = ["Fabric", "InProcTransport", "MpiTransport"]

@@ -1,0 +1,97 @@
+"""In-process transport: N simulated ranks as threads sharing one Fabric.
+
+Unit tests and ``python -m collectives.explain`` run the real ring code on it
+without mpirun. Sends copy their bytes at once (eager), receives complete
+when a matching message is there; matching follows post order per
+(source, destination, tag), as in MPI.
+"""
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+
+import numpy as np
+
+from ..errors import CollectiveError
+
+
+class _Recv:
+    __slots__ = ("buf", "key", "done")
+
+    def __init__(self, buf: np.ndarray, key):
+        self.buf, self.key, self.done = buf, key, False
+
+
+class _Done:
+    done = True
+
+
+_DONE = _Done()
+
+
+class Fabric:
+    """The shared wire of a simulated group of ``world`` ranks."""
+
+    def __init__(self, world: int):
+        self.world = world
+        self.lock = threading.Lock()
+        self.messages = defaultdict(deque)  # (src, dst, tag) -> bytes waiting
+        self.posted = defaultdict(deque)  # (src, dst, tag) -> receives waiting
+
+    def transport(self, rank: int) -> "InProcTransport":
+        return InProcTransport(self, rank)
+
+    def _match(self, key) -> None:
+        msgs, recvs = self.messages[key], self.posted[key]
+        while msgs and recvs:
+            data, r = msgs.popleft(), recvs.popleft()
+            dst = r.buf.reshape(-1).view(np.uint8)
+            if data.size != dst.size:
+                raise CollectiveError(
+                    f"rank {key[1]}: message from rank {key[0]} (tag {key[2]}) has "
+                    f"{data.size} bytes, the receive expects {dst.size}")
+            dst[...] = data
+            r.done = True
+
+
+class InProcTransport:
+    def __init__(self, fabric: Fabric, rank: int):
+        self.fabric, self.rank, self.size = fabric, rank, fabric.world
+        self.fault = None  # test-only hook, as in MpiTransport
+
+    def isend(self, buf: np.ndarray, peer: int, tag: int):
+        if self.fault is not None and self.fault("send", peer, tag):
+            return _DONE
+        key = (self.rank, peer, tag)
+        data = buf.reshape(-1).view(np.uint8).copy()
+        with self.fabric.lock:
+            self.fabric.messages[key].append(data)
+            self.fabric._match(key)
+        return _DONE
+
+    def irecv(self, buf: np.ndarray, peer: int, tag: int):
+        r = _Recv(buf, (peer, self.rank, tag))
+        with self.fabric.lock:
+            self.fabric.posted[r.key].append(r)
+            self.fabric._match(r.key)
+        return r
+
+    @staticmethod
+    def test(handle) -> bool:
+        return handle.done
+
+    @staticmethod
+    def testall(handles) -> bool:
+        return all(h.done for h in handles)
+
+    def cancel(self, handles) -> None:
+        with self.fabric.lock:
+            for h in handles:
+                if isinstance(h, _Recv) and not h.done:
+                    try:
+                        self.fabric.posted[h.key].remove(h)
+                    except ValueError:
+                        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,122 @@
+"""Async handles and the progress thread that runs collectives in call order.
+
+MPI moves bytes only while some thread is inside an MPI call, so overlap
+needs a thread that owns the traffic. Each Communicator has one
+:class:`Engine`: async collectives are queued to its thread in call order
+(the same order on every rank, like a CUDA stream under NCCL) and the caller
+goes on computing; numpy and mpi4py release the GIL during large copies and
+transfers. A blocking call with nothing queued runs on the caller's thread,
+which saves the thread hand-off on small messages.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+
+class Work:
+    """Handle of an async collective. ``wait()`` returns its result, once."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self._done = threading.Event()
+        self._result = None
+        self._error: BaseException | None = None
+        self._waited = False
+
+    def _finish(self, result=None, error: BaseException | None = None) -> None:
+        if self._done.is_set():
+            raise RuntimeError(f"{self.label}: completed twice")
+        self._result, self._error = result, error
+        self._done.set()
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None):
+        """Block until the collective finished; return its result or raise its error.
+
+        Args:
+          timeout: seconds to wait here (the collective has its own deadline too).
+        """
+        if self._waited:
+            raise RuntimeError(f"{self.label}: wait() called twice on the same Work")
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"{self.label}: not complete after {timeout} s")
+        self._waited = True
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def __repr__(self) -> str:
+        state = "done" if self.is_completed() else "pending"
+        return f"<Work {self.label} {state}>"
+
+
+class Engine:
+    """Runs a communicator's collectives one at a time, in call order."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._cv = threading.Condition()
+        self._queue: deque = deque()
+        self._inflight = 0  # queued or running on the thread
+        self._inline = False  # a blocking call is running on its caller's thread
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, fn, label: str) -> Work:
+        work = Work(label)
+        with self._cv:
+            if self._closed:
+                raise RuntimeError(f"{self._name}: communicator is closed")
+            self._inflight += 1
+            self._queue.append((fn, work))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+        return work
+
+    def run(self, fn, label: str):
+        """Run ``fn`` now on this thread if nothing is queued, else after the queue."""
+        with self._cv:
+            inline = self._inflight == 0 and not self._inline
+            if inline:
+                self._inline = True
+        if not inline:
+            return self.submit(fn, label).wait()
+        try:
+            return fn()
+        finally:
+            with self._cv:
+                self._inline = False
+                self._cv.notify_all()
+
+    def drain(self) -> None:
+        """Wait until everything queued so far has run."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._inflight == 0)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: (self._queue and not self._inline) or self._closed)
+                if self._closed and not self._queue:
+                    return
+                fn, work = self._queue.popleft()
+            try:
+                result, error = fn(), None
+            except BaseException as e:  # handed to the waiter
+                result, error = None, e
+            with self._cv:
+                self._inflight -= 1
+                self._cv.notify_all()
+            work._finish(result, error)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join()
