@@ -1,29 +1,40 @@
 """The safety header: every rank proves it is running the same collective.
 
-Before any data moves, each rank exchanges a small header (sequence number,
-collective, op, dtype, counts, root, protocol) in a dissemination pattern:
-in round k a rank sends to r + 2^k and receives from r - 2^k, keeping the
-elementwise min and max of every field. After ceil(log2 N) rounds every rank
-holds the min and max over all ranks, so every rank reaches the same
-verdict at the same point: no rank is left waiting for data that will never
-come. Only on a mismatch do the ranks swap full headers, to name who differs.
+Before any bulk data moves, the ranks all-reduce a small header (sequence
+number, collective, op, dtype, counts, root, protocol) by recursive
+doubling, keeping the elementwise min and max of every field: exchange with
+r^1, r^2, r^4, ...; for a world that is not a power of two p, ranks r >= p
+first fold into r - p and get the answer back at the end. Afterwards every
+rank holds the same min and max, so every rank reaches the same verdict at
+the same point, and no rank is left waiting for data that will never come.
+Only on a mismatch do the ranks swap full headers, to name who differs.
 
-Cost: ceil(log2 N) messages of 192 bytes per collective, cheap enough to stay
-on (a barrier is exactly this exchange and nothing else).
+A small all-reduce rides along: its payload travels in the same messages and
+is reduced at each exchange while the headers still agree, so a small
+all-reduce costs log2(N) messages in all, header included. Receives are
+posted with room for the largest small payload, so a rank that took another
+path (a different count) still delivers a header to compare, not a hang.
+
+Cost: ceil(log2 N) (+2 when N is not a power of two) messages of 192 bytes
+per collective; a barrier is exactly this exchange.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from .dtypes import DTYPES, OPS
 from .errors import MismatchError
-from .schedule import dissemination_peers
+from .schedule import halving_peers
 
 TAG_AGREE = 11
 TAG_DETAIL = 12
 
 FIELDS = ("version", "seq", "collective", "op", "dtype", "count", "counts", "root",
           "algorithm", "chunk", "small", "device")
+NF = len(FIELDS)
+HEADER_BYTES = 2 * NF * 8  # min and max of every field
 VERSION = 1
 COLLECTIVES = {"all_reduce": 1, "reduce_scatter": 2, "all_gather": 3, "broadcast": 4, "barrier": 5}
 ALGORITHMS = {"ring": 1, "mpi": 2, "nccl": 3}
@@ -39,53 +50,102 @@ def digest(counts) -> int:
     """A deterministic 61-bit fingerprint of a counts list (0 for None)."""
     if counts is None:
         return 0
-    h = 1469598103934665603 % ((1 << 61) - 1)
+    m = (1 << 61) - 1
+    h = 1469598103934665603 % m
     for c in counts:
-        h = (h * 1099511628211 + int(c) + 1) % ((1 << 61) - 1)
+        h = (h * 1099511628211 + int(c) + 1) % m
     return h
 
 
-def make_header(**fields) -> np.ndarray:
-    h = np.zeros(len(FIELDS), np.int64)
-    h[0] = VERSION
-    for name, value in fields.items():
-        h[FIELDS.index(name)] = value
-    return h
+def make_header(seq=0, collective=0, op=0, dtype=0, count=0, counts=0, root=0,
+                algorithm=0, chunk=0, small=0, device=0) -> list[int]:
+    return [VERSION, seq, collective, op, dtype, count, counts, root, algorithm, chunk, small, device]
+
+
+def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | None = None,
+          capacity: int = 0) -> None:
+    """All-reduce the header's min/max (and ``payload`` with ``op``); raise on mismatch.
+
+    Args:
+      ctx: the running collective's Context.
+      header: this rank's fields (see FIELDS).
+      payload: a small flat array reduced in place over all ranks, or None.
+      op: the payload's reduction op.
+      capacity: the largest payload in bytes any rank may send (small_bytes).
+    """
+    n, r, tr, k = ctx.size, ctx.rank, ctx.transport, ctx.kernels
+    if n == 1:
+        return
+    # Layout of a message: int64 [header, -header] (so one elementwise min
+    # keeps both the min and the negated max), then the payload's bytes.
+    pbytes = payload.nbytes if payload is not None else 0
+    send = ctx.scratch("agree-send", HEADER_BYTES + pbytes, np.uint8)
+    recv = ctx.scratch("agree-recv", HEADER_BYTES + max(capacity, pbytes), np.uint8)
+    cur = send[:HEADER_BYTES].view(np.int64)
+    got = recv[:HEADER_BYTES].view(np.int64)
+    cur[:NF] = header
+    np.negative(cur[:NF], out=cur[NF:])
+    if payload is not None:
+        mine = send[HEADER_BYTES:].view(payload.dtype)
+        theirs = recv[HEADER_BYTES:HEADER_BYTES + pbytes].view(payload.dtype)
+        k.copy(mine, payload)
+
+    def exchange(peer, step, do_send=True, do_recv=True):
+        hs = []
+        if do_recv:
+            hs.append(tr.irecv(recv, peer, TAG_AGREE))
+        if do_send:
+            hs.append(tr.isend(send, peer, TAG_AGREE))
+        ctx.wait(hs, peer=peer, step=step, chunk=0,
+                 what="header receive" if do_recv else "header send")
+        if do_recv:
+            np.minimum(cur, got, out=cur)
+            if payload is not None:  # garbage if the headers differ; then never used
+                with np.errstate(all="ignore"):
+                    k.reduce_(op, mine, theirs)
+
+    p, partners = _plan(r, n)
+    if r >= p:  # folded: hand our header in, get the verdict back
+        exchange(r - p, "agreement fold", do_recv=False)
+        exchange(r - p, "agreement unfold", do_send=False)
+        cur[:] = got  # the verdict, as our own
+        if payload is not None:
+            k.copy(mine, theirs)
+    else:
+        if r + p < n:
+            exchange(r + p, "agreement fold", do_send=False)
+        for i, peer in enumerate(partners):
+            exchange(peer, f"agreement round {i}")
+        if r + p < n:
+            exchange(r + p, "agreement unfold", do_recv=False)
+    if (cur[:NF] + cur[NF:]).any():  # some field's min != max
+        _report(ctx, np.asarray(header, np.int64))
+    if payload is not None:
+        k.copy(payload, mine)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(rank: int, world: int):
+    return halving_peers(rank, world)
+
+
+def _report(ctx, header: np.ndarray) -> None:
+    """Every rank got here: swap full headers to say exactly who differs."""
+    n, r, tr = ctx.size, ctx.rank, ctx.transport
+    all_h = np.empty((n, NF), np.int64)
+    all_h[r] = header
+    handles = []
+    for q in range(n):
+        if q != r:
+            handles.append(tr.irecv(all_h[q], q, TAG_DETAIL))
+            handles.append(tr.isend(header, q, TAG_DETAIL))
+    ctx.wait(handles, peer=-1, step="mismatch report", chunk=0, what="exchange of headers")
+    raise MismatchError(f"rank {r}: ranks disagree on a collective call. " + describe(all_h))
 
 
 def _show(field: str, value: int) -> str:
     names = _NAMES.get(field)
     return names.get(int(value), str(int(value))) if names else str(int(value))
-
-
-def agree(ctx, header: np.ndarray) -> None:
-    """Check ``header`` against every other rank's; raise MismatchError on all ranks if any differ."""
-    n, r, tr = ctx.size, ctx.rank, ctx.transport
-    if n == 1:
-        return
-    f = len(FIELDS)
-    cur = np.concatenate([header, header])
-    got = np.empty_like(cur)
-    for k, (to, frm) in enumerate(dissemination_peers(r, n)):
-        rr = tr.irecv(got, frm, TAG_AGREE)
-        ss = tr.isend(cur.copy(), to, TAG_AGREE)
-        ctx.wait([rr], peer=frm, step=f"agreement round {k}", chunk=0,
-                 what="receive of the header (did it call the same collective?)")
-        ctx.wait([ss], peer=to, step=f"agreement round {k}", chunk=0, what="send of the header")
-        np.minimum(cur[:f], got[:f], out=cur[:f])
-        np.maximum(cur[f:], got[f:], out=cur[f:])
-    if np.array_equal(cur[:f], cur[f:]):
-        return
-    # Every rank got here: swap full headers to say exactly who differs.
-    all_h = np.empty((n, f), np.int64)
-    all_h[r] = header
-    handles = []
-    for p in range(n):
-        if p != r:
-            handles.append(tr.irecv(all_h[p], p, TAG_DETAIL))
-            handles.append(tr.isend(header, p, TAG_DETAIL))
-    ctx.wait(handles, peer=-1, step="mismatch report", chunk=0, what="exchange of headers")
-    raise MismatchError(f"rank {r}: ranks disagree on a collective call. " + describe(all_h))
 
 
 def describe(all_h: np.ndarray) -> str:
@@ -95,10 +155,9 @@ def describe(all_h: np.ndarray) -> str:
     for j, field in enumerate(FIELDS):
         col = all_h[:, j]
         if (col != col[0]).any():
-            vals = ", ".join(f"rank {p}: {_show(field, v)}" for p, v in enumerate(col))
+            vals = ", ".join(f"rank {q}: {_show(field, v)}" for q, v in enumerate(col))
             parts.append(f"{field} differs ({vals})")
     hint = ""
-    if any(p.startswith("count") for p in parts) and coll == "all_gather":
+    if coll == "all_gather" and any(x.startswith("count") for x in parts):
         hint = " (pieces of different lengths need counts=)"
-    seq = int(all_h[0, 1])
-    return f"Call #{seq} ({coll}): " + "; ".join(parts) + hint
+    return f"Call #{int(all_h[0, 1])} ({coll}): " + "; ".join(parts) + hint

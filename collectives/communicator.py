@@ -93,7 +93,7 @@ class Communicator:
         out = self._out(out, x, x.size, "out", like=x)
         hdr = self._header("all_reduce", x, op=code, count=x.size)
         xf, of = x.reshape(-1), out.reshape(-1)
-        return self._launch("all_reduce", hdr, lambda ctx: self._all_reduce(ctx, xf, of, op), out, async_op)
+        return self._launch("all_reduce", hdr, lambda ctx: self._all_reduce(ctx, hdr, xf, of, op), out, async_op)
 
     def reduce_scatter(self, x, op: str = "sum", out=None, counts=None, async_op: bool = False):
         """Reduce ``x`` over all ranks; rank r gets the r-th segment.
@@ -123,7 +123,7 @@ class Communicator:
         hdr = self._header("reduce_scatter", x, op=code, count=x.size, counts=digest(counts))
         xf, of = x.reshape(-1), out.reshape(-1)
         return self._launch("reduce_scatter", hdr,
-                            lambda ctx: self._reduce_scatter(ctx, xf, of, counts, op), out, async_op)
+                            lambda ctx: self._reduce_scatter(ctx, hdr, xf, of, counts, op), out, async_op)
 
     def all_gather(self, x, out=None, counts=None, async_op: bool = False):
         """Gather every rank's ``x`` into one flat array, in rank order.
@@ -146,7 +146,7 @@ class Communicator:
         out = self._out(out, x, sum(counts), "out")
         hdr = self._header("all_gather", x, count=cnt, counts=digest(counts))
         xf, of = x.reshape(-1), out.reshape(-1)
-        return self._launch("all_gather", hdr, lambda ctx: self._all_gather(ctx, xf, of, counts), out, async_op)
+        return self._launch("all_gather", hdr, lambda ctx: self._all_gather(ctx, hdr, xf, of, counts), out, async_op)
 
     def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
         """Copy ``root``'s ``x`` to every rank. ``out=x`` works in place."""
@@ -156,12 +156,12 @@ class Communicator:
         out = self._out(out, x, x.size, "out", like=x)
         hdr = self._header("broadcast", x, count=x.size, root=int(root))
         xf, of = x.reshape(-1), out.reshape(-1)
-        return self._launch("broadcast", hdr, lambda ctx: self._broadcast(ctx, xf, of, int(root)), out, async_op)
+        return self._launch("broadcast", hdr, lambda ctx: self._broadcast(ctx, hdr, xf, of, int(root)), out, async_op)
 
     def barrier(self, async_op: bool = False):
         """Return once every rank has entered the barrier."""
         hdr = self._header("barrier", None)
-        return self._launch("barrier", hdr, lambda ctx: None, None, async_op, force_verify=True)
+        return self._launch("barrier", hdr, lambda ctx: agree(ctx, hdr), None, async_op)
 
     def close(self) -> None:
         """Finish queued work and release the progress thread and MPI resources."""
@@ -180,9 +180,8 @@ class Communicator:
         return f"<Communicator rank {self.rank}/{self.size} algorithm={self.algorithm}>"
 
     # ------------------------------------------------------------ execution
-    def _launch(self, name, hdr, body, result, async_op, force_verify=False):
+    def _launch(self, name, hdr, body, result, async_op):
         label = f"{name} #{self._seq - 1}"
-        verify = self.verify or force_verify
 
         def task():
             if self._broken is not None:
@@ -193,8 +192,6 @@ class Communicator:
             try:
                 if ctx.tracer is not None:
                     ctx.tracer.begin(label, rank=self.rank)
-                if verify:
-                    agree(ctx, hdr)
                 body(ctx)
                 if ctx.tracer is not None:
                     ctx.tracer.end(label, rank=self.rank)
@@ -207,35 +204,43 @@ class Communicator:
             return self._engine.submit(task, label)
         return self._engine.run(task, label)
 
-    def _all_reduce(self, ctx, x, out, op):
+    def _all_reduce(self, ctx, hdr, x, out, op):
         base = "sum" if op == "avg" else op
-        if self._mpi_algo is not None:
-            return self._mpi_algo.all_reduce(x, out, op)
-        if out.nbytes <= self.small_bytes:
-            small.all_reduce(ctx, x, out, base)
+        if self._mpi_algo is None and out.nbytes <= self.small_bytes:
+            small.all_reduce(ctx, hdr, x, out, base, self.small_bytes)  # header rides along
         else:
+            self._agree(ctx, hdr)
+            if self._mpi_algo is not None:
+                return self._mpi_algo.all_reduce(x, out, op)
             ring.all_reduce(ctx, x, out, split_counts(x.size, self.size, _granule(x)), base)
         if op == "avg":
             ctx.kernels.scale(out, self.size)
 
-    def _reduce_scatter(self, ctx, x, out, counts, op):
+    def _reduce_scatter(self, ctx, hdr, x, out, counts, op):
+        self._agree(ctx, hdr)
         if self._mpi_algo is not None:
             return self._mpi_algo.reduce_scatter(x, out, counts, op)
         ring.reduce_scatter(ctx, x, out, counts, "sum" if op == "avg" else op)
         if op == "avg":
             ctx.kernels.scale(out, self.size)
 
-    def _all_gather(self, ctx, x, out, counts):
+    def _all_gather(self, ctx, hdr, x, out, counts):
+        self._agree(ctx, hdr)
         if self._mpi_algo is not None:
             return self._mpi_algo.all_gather(x, out, counts)
         ring.all_gather(ctx, x, out, counts)
 
-    def _broadcast(self, ctx, x, out, root):
+    def _broadcast(self, ctx, hdr, x, out, root):
+        self._agree(ctx, hdr)
         if out is not x and self.rank == root:
             ctx.kernels.copy(out, x)
         if self._mpi_algo is not None:
             return self._mpi_algo.broadcast(out, root)
         ring.broadcast(ctx, out, root)
+
+    def _agree(self, ctx, hdr):
+        if self.verify:
+            agree(ctx, hdr, capacity=self.small_bytes)
 
     # ------------------------------------------------------------- helpers
     def _header(self, name, x, **fields):

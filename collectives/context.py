@@ -12,9 +12,9 @@ import time
 
 from .errors import CollectiveTimeout
 
-_SPIN_S = 50e-6  # busy-poll this long first: small messages arrive within it
-_YIELD_S = 2e-3  # then poll and yield the core (other ranks may share it)
-_MAX_SLEEP_S = 1e-3
+_SPIN_S = 20e-3  # busy-poll this long first: with a core per rank, spinning is fastest
+_YIELD_S = 2e-3  # then yield the core between polls for this long
+_MAX_SLEEP_S = 1e-3  # then back off up to this, so a stalled peer costs no CPU
 
 
 class Context:
@@ -47,28 +47,34 @@ class Context:
         tracer = self.tracer
         t0 = time.perf_counter() if tracer is not None else 0.0
         start = time.monotonic()
+        spin = 0.0 if getattr(t, "oversubscribed", False) else _SPIN_S
         sleep = 20e-6
+        polls = 0
         while not t.testall(handles):
+            polls += 1
+            if polls & 255 and polls > 256:
+                continue  # look at the clock every 256 polls only
             now = time.monotonic()
-            waited = now - start
-            if waited < _SPIN_S:
-                continue
             if now > self.deadline:
                 t.cancel(handles)
+                incoming = "receive" in what
+                hint = (f"; did rank {peer} call this collective?"
+                        if incoming and str(step).startswith("agreement") else "")
                 raise CollectiveTimeout(
                     f"rank {self.rank}: {self.label} timed out after {self.timeout:g} s: "
-                    f"{what} {'from' if what.startswith('recv') else 'to'} rank {peer} "
-                    f"never completed (step {step}, chunk {chunk})")
-            if waited < _YIELD_S:
-                os.sched_yield()
-                time.sleep(0)
-            else:
-                time.sleep(sleep)
-                sleep = min(sleep * 2, _MAX_SLEEP_S)
+                    f"{what} {'from' if incoming else 'to'} rank {peer} never completed "
+                    f"(step {step}, chunk {chunk}){hint}")
+            waited = now - start
+            if waited > spin:  # more ranks than cores, or a slow peer: give the core away
+                if waited < spin + _YIELD_S:
+                    os.sched_yield()
+                else:
+                    time.sleep(sleep)
+                    sleep = min(sleep * 2, _MAX_SLEEP_S)
         if tracer is not None:
-            tracer.event(action="wait", what=what, peer=peer, step=step, chunk=chunk,
-                         t0=t0, t1=time.perf_counter())
+            tracer.event(action="wait", rank=self.rank, label=self.label, what=what, peer=peer,
+                         step=step, chunk=chunk, t0=t0, t1=time.perf_counter())
 
     def record(self, action: str, **fields) -> None:
         if self.tracer is not None:
-            self.tracer.event(action=action, **fields)
+            self.tracer.event(action=action, rank=self.rank, label=self.label, **fields)

@@ -23,13 +23,20 @@ HALF = frozenset({"float16", "bfloat16"})
 OPS: dict[str, int] = {"sum": 1, "prod": 2, "max": 3, "min": 4, "avg": 5}
 
 
+_BY_DTYPE = {npdt: name for name, (npdt, _) in DTYPES.items()}
+
+
 def dtype_name(dtype) -> str:
     """Name of a supported dtype, or TypeError naming the supported ones."""
-    dt = np.dtype(dtype)
-    for name, (npdt, _) in DTYPES.items():
-        if dt == npdt:
-            return name
-    raise TypeError(f"unsupported dtype {dt}; supported: {', '.join(DTYPES)}")
+    name = _BY_DTYPE.get(dtype)  # the hot path: a numpy dtype object
+    if name is None:
+        try:
+            name = _BY_DTYPE.get(np.dtype(dtype))
+        except TypeError:
+            name = None
+        if name is None:
+            raise TypeError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
+    return name
 
 
 def dtype_code(dtype) -> int:

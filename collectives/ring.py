@@ -43,7 +43,8 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest) -> None:
     src = x[_seg(offs, send_seg)]
     sends = [tr.isend(src[c.slice()], right, TAG_DATA)
              for c in chunks(Range(0, counts[send_seg]), ctx.chunk)]
-    ctx.record("send", step=0, peer=right, seg=send_seg, nbytes=src.nbytes)
+    ctx.record("send", phase="reduce-scatter", step=0, peer=right, seg=send_seg, offset=offs[send_seg],
+               count=src.size, chunks=len(sends), nbytes=src.nbytes)
     for t in range(n - 1):
         send_seg, recv_seg = reduce_scatter_step(r, n, t)
         rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
@@ -54,15 +55,19 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest) -> None:
         next_sends = []
         for i, c in enumerate(rchunks):
             ctx.wait([rreqs[i]], peer=left, step=t, chunk=i, what="receive")
+            ctx.record("recv", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
+                       offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize)
             s = c.slice()
             k.reduce(op, mine[s], recvbuf[s], dst[s])
+            ctx.record("reduce", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
+                       offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize,
+                       data=dst[s])
             if forward:
                 next_sends.append(tr.isend(dst[s], right, TAG_DATA))
-        ctx.record("recv", step=t, peer=left, seg=recv_seg, nbytes=mine.nbytes)
-        ctx.record("reduce", step=t, seg=recv_seg, nbytes=mine.nbytes)
         ctx.wait(sends, peer=right, step=t, chunk="all", what="send")
         if forward:
-            ctx.record("send", step=t + 1, peer=right, seg=recv_seg, nbytes=mine.nbytes)
+            ctx.record("send", phase="reduce-scatter", step=t + 1, peer=right, seg=recv_seg,
+                       offset=offs[recv_seg], count=mine.size, chunks=len(next_sends), nbytes=mine.nbytes)
         sends = next_sends
 
 
@@ -79,16 +84,20 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int]) -> None:
         steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, TAG_DATA) for c in rchunks]))
     own = buf[_seg(offs, r)]
     sends = [tr.isend(own[c.slice()], right, TAG_DATA) for c in chunks(Range(0, counts[r]), ctx.chunk)]
-    ctx.record("send", step=0, peer=right, seg=r, nbytes=own.nbytes)
+    ctx.record("send", phase="all-gather", step=0, peer=right, seg=r, offset=offs[r],
+               count=own.size, chunks=len(sends), nbytes=own.nbytes)
     for t, (seg, view, rchunks, rreqs) in enumerate(steps):
         forward = t + 1 < n - 1
         for i, c in enumerate(rchunks):
             ctx.wait([rreqs[i]], peer=left, step=t, chunk=i, what="receive")
+            ctx.record("recv", phase="all-gather", step=t, peer=left, seg=seg, chunk=i,
+                       offset=offs[seg] + c.start, count=c.size, nbytes=c.size * buf.itemsize,
+                       data=view[c.slice()])
             if forward:
                 sends.append(tr.isend(view[c.slice()], right, TAG_DATA))
-        ctx.record("recv", step=t, peer=left, seg=seg, nbytes=view.nbytes)
         if forward:
-            ctx.record("send", step=t + 1, peer=right, seg=seg, nbytes=view.nbytes)
+            ctx.record("send", phase="all-gather", step=t + 1, peer=right, seg=seg, offset=offs[seg],
+                       count=view.size, chunks=len(rchunks), nbytes=view.nbytes)
     ctx.wait(sends, peer=right, step=n - 2, chunk="all", what="send")
 
 
@@ -151,16 +160,19 @@ def broadcast(ctx, buf: np.ndarray, root: int) -> None:
     cs = chunks(Range(0, buf.size), ctx.chunk)
     if hop == 0:
         sends = [tr.isend(buf[c.slice()], right, TAG_DATA) for c in cs]
-        ctx.record("send", step=0, peer=right, seg=root, nbytes=buf.nbytes)
+        ctx.record("send", phase="broadcast", step=0, peer=right, seg=root, offset=0,
+                   count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
         ctx.wait(sends, peer=right, step=0, chunk="all", what="send")
         return
     rreqs = [tr.irecv(buf[c.slice()], left, TAG_DATA) for c in cs]
     sends = []
     for i, c in enumerate(cs):
         ctx.wait([rreqs[i]], peer=left, step=hop - 1, chunk=i, what="receive")
+        ctx.record("recv", phase="broadcast", step=hop - 1, peer=left, seg=root, chunk=i, offset=c.start,
+                   count=c.size, nbytes=c.size * buf.itemsize, data=buf[c.slice()])
         if hop < n - 1:
             sends.append(tr.isend(buf[c.slice()], right, TAG_DATA))
-    ctx.record("recv", step=hop - 1, peer=left, seg=root, nbytes=buf.nbytes)
     if hop < n - 1:
-        ctx.record("send", step=hop, peer=right, seg=root, nbytes=buf.nbytes)
+        ctx.record("send", phase="broadcast", step=hop, peer=right, seg=root, offset=0,
+                   count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
         ctx.wait(sends, peer=right, step=hop, chunk="all", what="send")

@@ -1,6 +1,8 @@
 """One registry for kernel sets: numpy for host arrays, CUDA for cupy arrays."""
 from __future__ import annotations
 
+import numpy as np
+
 from .numpy_kernels import NUMPY_KERNELS, NumpyKernels
 
 __all__ = ["NumpyKernels", "kernels_for"]
@@ -8,7 +10,8 @@ __all__ = ["NumpyKernels", "kernels_for"]
 
 def is_device_array(x) -> bool:
     """True for cupy (CUDA) arrays, without importing cupy when it is absent."""
-    return type(x).__module__.startswith("cupy")
+    t = type(x)
+    return t is not np.ndarray and t.__module__.startswith("cupy")
 
 
 def kernels_for(x):

@@ -1,6 +1,8 @@
 """MPI point-to-point transport for host arrays (mpi4py)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from mpi4py import MPI
 
@@ -20,6 +22,11 @@ class MpiTransport:
         self.comm = comm.Dup()
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        # More ranks on this node than cores: waits must yield instead of spin.
+        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        self.local_size = local.Get_size()
+        local.Free()
+        self.oversubscribed = self.local_size > len(os.sched_getaffinity(0))
         self.fault = None  # test-only hook: fault(kind, peer, tag) -> True drops the message
 
     def isend(self, buf: np.ndarray, peer: int, tag: int):

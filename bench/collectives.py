@@ -1,0 +1,212 @@
+"""Collective benchmark in the style of nccl-tests: ring vs MPI (vs NCCL) in one run.
+
+    mpirun -n 4 python bench/collectives.py -b 1K -e 64M -f 4 \
+        --op all_reduce,reduce_scatter,all_gather --dtype float32 --algorithm ring,mpi
+
+Sizes follow nccl-tests: for all_reduce and reduce_scatter the size is the
+whole input buffer; for all_gather it is the whole output buffer. Every
+algorithm runs at every size before the next size, so drift in the machine
+touches all of them alike. Inputs are small integers, so sums are exact in
+any order and every result is checked (#wrong) before it is timed.
+
+Bus bandwidth (busbw) = algbw x factor: 2(n-1)/n for all-reduce, (n-1)/n for
+reduce-scatter and all-gather, 1 for broadcast (nccl-tests' convention).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from collectives import Communicator  # noqa: E402
+from collectives.dtypes import to_dtype  # noqa: E402
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factors, stated once."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("reduce_scatter", "all_gather"):
+        return (n - 1) / n
+    return 1.0
+
+
+def parse_size(text: str) -> int:
+    units = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B") if text.strip().upper() not in ("B",) else "1"
+    num = t.rstrip("KMG")
+    return int(float(num) * units[t[len(num):]])
+
+
+def sizes(begin: int, end: int, factor: float) -> list[int]:
+    out, s = [], begin
+    while s <= end:
+        out.append(s)
+        s = int(s * factor) if factor > 1 else end + 1
+    return out
+
+
+def pattern(count: int, rank: int, dtype) -> np.ndarray:
+    """Integer values in [-8, 8]: every sum over up to 256 ranks is exact in float16."""
+    return (((np.arange(count, dtype=np.int64) * 7 + rank * 13) % 17) - 8).astype(dtype)
+
+
+class Case:
+    """One (op, dtype, size) for one algorithm: buffers, the call, and its check."""
+
+    def __init__(self, comm, op, redop, dtype, nbytes, xp):
+        n, r = comm.size, comm.rank
+        item = np.dtype(dtype).itemsize
+        self.count = count = max(nbytes // item, 0)
+        if op in ("reduce_scatter", "all_gather"):
+            count -= count % n
+            self.count = count
+        self.nbytes = count * item
+        self.comm, self.op, self.redop = comm, op, redop
+        piece = count // n
+        host_full = pattern(count, r, dtype)
+        if op == "all_reduce":
+            self.x, self.out = xp.asarray(host_full), xp.empty(count, dtype)
+            self.expect = sum(pattern(count, q, np.float64) for q in range(n))
+        elif op == "reduce_scatter":
+            self.x, self.out = xp.asarray(host_full), xp.empty(piece, dtype)
+            self.expect = sum(pattern(count, q, np.float64) for q in range(n))[r * piece:(r + 1) * piece]
+        elif op == "all_gather":
+            self.x, self.out = xp.asarray(pattern(piece, r, dtype)), xp.empty(count, dtype)
+            self.expect = np.concatenate([pattern(piece, q, np.float64) for q in range(n)]) if n else None
+        else:  # broadcast from rank 0
+            self.x, self.out = xp.asarray(host_full), xp.empty(count, dtype)
+            self.expect = pattern(count, 0, np.float64)
+        if op in ("all_reduce", "reduce_scatter") and redop == "avg":
+            self.expect = np.trunc(self.expect / n) if np.dtype(dtype).kind == "i" else self.expect / n
+        self.xp = xp
+
+    def run(self):
+        c, op = self.comm, self.op
+        if op == "all_reduce":
+            c.all_reduce(self.x, op=self.redop, out=self.out)
+        elif op == "reduce_scatter":
+            c.reduce_scatter(self.x, op=self.redop, out=self.out)
+        elif op == "all_gather":
+            c.all_gather(self.x, out=self.out)
+        else:
+            c.broadcast(self.x, root=0, out=self.out)
+
+    def wrong(self) -> int:
+        got = self.out.get() if hasattr(self.out, "get") else self.out
+        return int(np.count_nonzero(got.astype(np.float64) != self.expect))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("-b", "--minbytes", default="1K", help="smallest size (K, M, G suffixes)")
+    p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
+    p.add_argument("-f", "--stepfactor", type=float, default=4, help="multiply the size by this")
+    p.add_argument("-w", "--warmup_iters", type=int, default=3)
+    p.add_argument("-n", "--iters", type=int, default=20)
+    p.add_argument("--op", default="all_reduce,reduce_scatter,all_gather", help=f"comma list of {OPS}")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--redop", default="sum")
+    p.add_argument("--algorithm", default="ring,mpi", help="comma list of ring, mpi, nccl")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--chunk-bytes", type=int, default=None, help="ring chunk size (default: library's)")
+    p.add_argument("--json", default=None, help="write the records here (rank 0)")
+    p.add_argument("--plot", default=None, help="draw busbw against size to this PNG (rank 0)")
+    a = p.parse_args(argv)
+
+    world = MPI.COMM_WORLD
+    ops = [o for o in a.op.split(",") if o]
+    algos = [x for x in a.algorithm.split(",") if x]
+    for o in ops:
+        if o not in OPS:
+            p.error(f"unknown --op {o}; choose from {', '.join(OPS)}")
+    dtype = to_dtype(a.dtype)
+    if a.device == "cuda":
+        import cupy as xp
+        xp.cuda.Device(world.rank % xp.cuda.runtime.getDeviceCount()).use()
+    else:
+        xp = np
+    kw = {} if a.chunk_bytes is None else {"chunk_bytes": a.chunk_bytes}
+    # Our ring keeps its safety header on; MPI's own collectives run bare, as users know them.
+    comms = {alg: Communicator(algorithm=alg, verify=(alg == "ring"), **kw) for alg in algos}
+    n, rank = world.size, world.rank
+    lines, records = [], []
+
+    def say(s=""):
+        if rank == 0:
+            print(s, flush=True)
+
+    say(f"# ringzero collectives benchmark: {n} ranks, dtype {a.dtype}, redop {a.redop}, device {a.device}")
+    say(f"# warmup {a.warmup_iters}, iters {a.iters}; time = max over ranks of the mean per iteration")
+    say(f"# busbw = algbw x {{all_reduce: 2(n-1)/n = {busbw_factor('all_reduce', n):.3f}, "
+        f"reduce_scatter/all_gather: (n-1)/n = {busbw_factor('all_gather', n):.3f}}}")
+    hdr = (f"{'op':>14} {'size(B)':>11} {'count':>10} {'type':>8} {'redop':>5} {'algorithm':>9} "
+           f"{'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6} {'ring/mpi':>8}")
+    for op in ops:
+        say()
+        say(hdr)
+        for size in sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor):
+            row = {}
+            for alg in algos:
+                case = Case(comms[alg], op, a.redop, dtype, size, xp)
+                case.run()
+                wrong = world.allreduce(case.wrong(), op=MPI.SUM)
+                for _ in range(a.warmup_iters):
+                    case.run()
+                comms[alg].barrier()
+                world.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(a.iters):
+                    case.run()
+                if a.device == "cuda":
+                    xp.cuda.runtime.deviceSynchronize()
+                dt = world.allreduce((time.perf_counter() - t0) / max(a.iters, 1), op=MPI.MAX)
+                algbw = case.nbytes / dt / 1e9
+                rec = dict(op=op, algorithm=alg, dtype=a.dtype, redop=a.redop, bytes=case.nbytes,
+                           count=case.count, ranks=n, time_us=dt * 1e6, algbw=algbw,
+                           busbw=algbw * busbw_factor(op, n), wrong=wrong, device=a.device)
+                row[alg] = rec
+                records.append(rec)
+            for alg, rec in row.items():
+                ratio = ""
+                if alg != "mpi" and "mpi" in row and row["mpi"]["busbw"] > 0:
+                    ratio = f"{rec['busbw'] / row['mpi']['busbw']:.2f}x"
+                    rec["ratio_vs_mpi"] = rec["busbw"] / row["mpi"]["busbw"]
+                say(f"{op:>14} {rec['bytes']:>11} {rec['count']:>10} {a.dtype:>8} "
+                    f"{a.redop if op in ('all_reduce', 'reduce_scatter') else 'none':>5} {alg:>9} "
+                    f"{rec['time_us']:>10.1f} {rec['algbw']:>11.3f} {rec['busbw']:>11.3f} "
+                    f"{rec['wrong']:>6} {ratio:>8}")
+    say()
+    total_wrong = sum(r["wrong"] for r in records)
+    for alg in algos:
+        bw = [r["busbw"] for r in records if r["algorithm"] == alg]
+        if bw:
+            say(f"# {alg}: avg bus bandwidth {np.mean(bw):.3f} GB/s over {len(bw)} cases")
+    say(f"# out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
+    if rank == 0 and a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump(records, f, indent=1)
+        print(f"# wrote {len(records)} records to {a.json}")
+    if a.plot:
+        from membw import measure_membw  # bench/membw.py
+        membw = measure_membw() if rank == 0 else None
+        if rank == 0:
+            from plot import plot_busbw  # bench/plot.py
+            plot_busbw(records, a.plot, membw_gbps=membw)
+            print(f"# wrote {a.plot}")
+    for c in comms.values():
+        c.close()
+    return 1 if total_wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""Kernel set for cupy (CUDA) arrays: the csrc/ kernels behind NumpyKernels' interface.
+
+Each .cu file is compiled once per device through ``cupy.RawModule``
+(NVRTC; cupy also keeps the binary in its on-disk kernel cache) and its
+functions are looked up by the names in :mod:`.launch`. The local
+``#include "rz_common.cuh"`` is inlined before compiling, so cupy's cache
+key (the source text) changes whenever the header does.
+
+Streams: every kernel and copy goes on the device's legacy default stream,
+the one cupy uses unless told otherwise, so a collective is ordered after
+the user's earlier work on that stream and before their later work, and
+the device transport (transport/device.py) can order its copies against
+it with events.
+
+Importing this module needs no cupy; :func:`cuda_kernels` raises a clear
+RuntimeError when cupy or a GPU is missing.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import threading
+
+import numpy as np
+
+from ..dtypes import dtype_name
+from . import launch
+from .reference import adamw_scalars, sgd_scalars
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
+_DIVISOR_TYPE = {"float16": np.float32, "bfloat16": np.float32, "float32": np.float32,
+                 "float64": np.float64, "int32": np.int32, "int64": np.int64}
+_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction from unified addressing
+
+
+def kernel_source(file: str) -> str:
+    """The text NVRTC compiles: ``file`` with our local includes inlined."""
+    def expand(text: str, seen: set) -> str:
+        def one(m):
+            inc = m.group(1)
+            if inc in seen:
+                return ""
+            seen.add(inc)
+            body = (launch.CSRC / inc).read_text()
+            return expand(re.sub(r"^\s*#\s*pragma\s+once\s*$", "", body, flags=re.M), seen)
+        return _INCLUDE.sub(one, text)
+    return expand((launch.CSRC / file).read_text(), set())
+
+
+_FILE_OF = {name: file for file, names in launch.kernel_names().items() for name in names}
+
+
+def _flat(x, what):
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{what} must be contiguous")
+    return x.reshape(-1)
+
+
+class CudaKernels:
+    """The CUDA kernel set; half types computed in float32, like the numpy set.
+
+    Args:
+      cupy: the cupy module.
+      device: the device :meth:`empty` allocates on (None: the caller's
+        current device). Every other method runs on its arrays' device.
+    """
+
+    name = "cuda"
+    device = True
+
+    def __init__(self, cupy, device: int | None = None):
+        self.xp = cupy
+        self._cp = cupy
+        self._device = device
+        self._lock = threading.Lock()
+        self._modules: dict = {}
+        self._functions: dict = {}
+        self._sm_counts: dict = {}
+        self._used: set = set()
+
+    # ------------------------------------------------------------ plumbing
+    def _function(self, dev: int, name: str):
+        key = (dev, name)
+        f = self._functions.get(key)
+        if f is None:
+            with self._lock:
+                file = _FILE_OF[name]
+                mod = self._modules.get((dev, file))
+                if mod is None:
+                    mod = self._cp.RawModule(code=kernel_source(file), options=launch.OPTIONS[file])
+                    self._modules[(dev, file)] = mod
+                f = self._functions[key] = mod.get_function(name)
+        return f
+
+    def _sm_count(self, dev: int) -> int:
+        n = self._sm_counts.get(dev)
+        if n is None:
+            n = self._sm_counts[dev] = int(
+                self._cp.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"])
+        return n
+
+    def _launch(self, name: str, n: int, planned, args, tail=()) -> None:
+        """Launch ``name`` over n elements; ``planned`` are the arrays whose alignment counts."""
+        if n == 0:
+            return
+        dev = planned[0].device.id
+        for a in planned:
+            if a.device.id != dev:
+                raise ValueError(f"{name}: arrays on devices {a.device.id} and {dev}")
+        cp = self._cp
+        with cp.cuda.Device(dev):
+            plan = launch.plan(name, n, [(a.data.ptr, a.dtype.itemsize) for a in planned], self._sm_count(dev))
+            sp = plan.split
+            self._function(dev, name)((plan.grid,), (plan.block,),
+                                      (*args, np.int64(n), np.int64(sp.head), np.int64(sp.nvec), *tail),
+                                      stream=cp.cuda.Stream.null)
+        self._used.add(dev)
+
+    @staticmethod
+    def _same(what: str, first, *others) -> None:
+        for o in others:
+            if o.dtype != first.dtype or o.size != first.size:
+                raise ValueError(f"{what}: arrays differ ({first.dtype}[{first.size}] vs {o.dtype}[{o.size}])")
+
+    # ----------------------------------------------------------- interface
+    def empty(self, n: int, dtype):
+        if self._device is None:
+            return self._cp.empty(n, dtype=dtype)
+        with self._cp.cuda.Device(self._device):
+            return self._cp.empty(n, dtype=dtype)
+
+    def copy(self, dst, src) -> None:
+        """dst[...] = src, raw bytes on the default stream (either may be host memory)."""
+        if dst.nbytes != src.nbytes:
+            raise ValueError(f"copy: {dst.nbytes} bytes into {src.nbytes}")
+        if dst.nbytes == 0:
+            return
+        def ptr(x):
+            return x.data.ptr if hasattr(x, "device") else x.ctypes.data
+        dev = dst.device.id if hasattr(dst, "device") else src.device.id
+        cp = self._cp
+        with cp.cuda.Device(dev):
+            cp.cuda.runtime.memcpyAsync(ptr(dst), ptr(src), dst.nbytes, _MEMCPY_DEFAULT,
+                                        cp.cuda.Stream.null.ptr)
+        self._used.add(dev)
+
+    def reduce(self, op: str, a, b, out) -> None:
+        """out = op(a, b), elementwise. ``out`` may alias ``a`` or ``b``."""
+        self._same("reduce", a, b, out)
+        a, b, out = _flat(a, "a"), _flat(b, "b"), _flat(out, "out")
+        self._launch(launch.reduce_kernel(op, a.dtype), a.size, [a, b, out], (a, b, out))
+
+    def reduce_(self, op: str, dst, src) -> None:
+        """dst = op(dst, src), in place."""
+        self.reduce(op, dst, src, dst)
+
+    def scale(self, x, divisor: int) -> None:
+        """x /= divisor in place (the second half of avg). Integers truncate toward zero."""
+        if int(divisor) < 1:
+            raise ValueError(f"scale: divisor must be >= 1, got {divisor}")
+        x = _flat(x, "x")
+        d = _DIVISOR_TYPE[dtype_name(x.dtype)](divisor)
+        self._launch(launch.scale_kernel(x.dtype), x.size, [x], (x,), (d,))
+
+    def cast(self, dst, src) -> None:
+        """dst = src converted (float32 to and from bfloat16/float16), round to nearest even."""
+        if dst.size != src.size:
+            raise ValueError(f"cast: {src.size} elements into {dst.size}")
+        if dst.dtype == src.dtype:
+            return self.copy(dst, src)
+        dst, src = _flat(dst, "dst"), _flat(src, "src")
+        self._launch(launch.cast_kernel(src.dtype, dst.dtype), src.size, [src, dst], (src, dst))
+
+    def adamw_step(self, param, grad, exp_avg, exp_avg_sq, *, lr, beta1, beta2, eps, weight_decay,
+                   step, grad_scale=1.0, out_lowp=None) -> None:
+        """One fused AdamW step in place on flat float32 arrays (see csrc/optim.cu)."""
+        bufs = [_flat(x, w) for x, w in ((param, "param"), (grad, "grad"), (exp_avg, "exp_avg"),
+                                          (exp_avg_sq, "exp_avg_sq"))]
+        if param.dtype != np.float32:
+            raise TypeError(f"adamw_step works on float32 shards, got {param.dtype}")
+        self._same("adamw_step", *bufs)
+        c = adamw_scalars(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+                          step=step, grad_scale=grad_scale)
+        planned, low = self._lowp(bufs, out_lowp)
+        tail = tuple(c[k] for k in ("grad_scale", "decay", "w1", "one_minus_w1", "beta2", "c2",
+                                    "bc2_sqrt", "eps", "neg_step"))
+        name = launch.optim_kernel("adamw", None if out_lowp is None else out_lowp.dtype)
+        self._launch(name, bufs[0].size, planned, (*bufs, low), tail)
+
+    def sgd_step(self, param, grad, momentum_buf, *, lr, momentum, dampening, weight_decay, nesterov,
+                 first_step, grad_scale=1.0, out_lowp=None) -> None:
+        """One fused SGD (momentum, nesterov, weight decay) step in place (see csrc/optim.cu)."""
+        p, g = _flat(param, "param"), _flat(grad, "grad")
+        if p.dtype != np.float32:
+            raise TypeError(f"sgd_step works on float32 shards, got {p.dtype}")
+        c = sgd_scalars(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                        nesterov=nesterov, first_step=first_step, grad_scale=grad_scale)
+        bufs = [p, g]
+        if c["has_momentum"]:
+            if momentum_buf is None:
+                raise ValueError("sgd_step: momentum != 0 needs momentum_buf")
+            bufs.append(_flat(momentum_buf, "momentum_buf"))
+        self._same("sgd_step", *bufs)
+        planned, low = self._lowp(bufs, out_lowp)
+        buf = bufs[2] if c["has_momentum"] else p  # never touched without momentum
+        tail = tuple(c[k] for k in ("grad_scale", "wd", "momentum", "damp1", "neg_lr",
+                                    "has_wd", "has_momentum", "first_step", "nesterov"))
+        name = launch.optim_kernel("sgd", None if out_lowp is None else out_lowp.dtype)
+        self._launch(name, p.size, planned, (p, g, buf, low), tail)
+
+    @staticmethod
+    def _lowp(bufs, out_lowp):
+        if out_lowp is None:
+            return bufs, bufs[0]  # the no-copy kernels ignore this pointer
+        low = _flat(out_lowp, "out_lowp")
+        if low.size != bufs[0].size:
+            raise ValueError(f"out_lowp has {low.size} elements, the shard {bufs[0].size}")
+        return bufs + [low], low
+
+    def synchronize(self) -> None:
+        """Wait for every kernel and copy this set launched."""
+        for dev in sorted(self._used):
+            with self._cp.cuda.Device(dev):
+                self._cp.cuda.Stream.null.synchronize()
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels_for_device(device: int | None) -> CudaKernels:
+    import cupy
+    return CudaKernels(cupy, device)
+
+
+def cuda_kernels(device: int | None = None) -> CudaKernels:
+    """The CUDA kernel set (one per device); RuntimeError without cupy or a GPU.
+
+    Args:
+      device: where :meth:`CudaKernels.empty` allocates; None for the
+        caller's current device.
+    """
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeError(f"the CUDA kernels need cupy: pip install 'ringzero[gpu]' ({e})") from e
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # cupy importable, but no driver or no device
+        raise RuntimeError(f"cupy is installed but no CUDA device is usable: {e}") from e
+    if count < 1:
+        raise RuntimeError("cupy is installed but no CUDA device is present")
+    return _kernels_for_device(device)

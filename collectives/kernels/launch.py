@@ -1,0 +1,201 @@
+"""Launch arithmetic for the CUDA kernels in csrc/, in plain Python.
+
+Nothing here touches a GPU, so all of it is unit-tested on any machine
+(tests/test_kernels_launch.py): which kernel name serves a dtype and op,
+how wide a vector is, where the aligned part of a buffer starts and ends
+(the scalar head and tail around it), and how many blocks to launch.
+
+Every kernel walks its buffers the same way: elements [head, head + nvec*V)
+as aligned vectors of V elements, the others ([0, head) and the tail) one
+at a time, both in grid-stride loops. A vector load is aligned only if
+every buffer the kernel touches is at the same position modulo its vector
+size; when they disagree, the whole buffer goes the scalar way.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..dtypes import DTYPES, dtype_name
+
+VECTOR_BYTES = 16  # one 128-bit load or store per thread and buffer
+BLOCK = 256  # threads per block; the kernels declare __launch_bounds__(256)
+BLOCKS_PER_SM = 8  # 8 x 256 = 2048 resident threads per SM on sm_80/sm_90
+REDUCE_OPS = ("sum", "prod", "max", "min")
+SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
+          "float64": "f64", "int32": "i32", "int64": "i64"}
+CASTS = (("float32", "bfloat16"), ("float32", "float16"), ("bfloat16", "float32"), ("float16", "float32"))
+LOWP = (None, "bfloat16", "float16")
+CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
+
+# Compile options, shared by NVRTC (cupy.RawModule) and the nvcc check.
+# optim.cu must not contract a*b+c into FMA: its result is compared bit for
+# bit with the numpy reference, op by op in torch's order.
+OPTIONS = {
+    "reduce.cu": ("--std=c++17",),
+    "cast.cu": ("--std=c++17",),
+    "optim.cu": ("--std=c++17", "--fmad=false"),
+}
+
+
+def reduce_kernel(op: str, dtype) -> str:
+    """rz_reduce_<op>_<dtype>: out = op(a, b)."""
+    if op not in REDUCE_OPS:
+        raise ValueError(f"no reduce kernel for op {op!r}; kernels exist for {', '.join(REDUCE_OPS)}")
+    return f"rz_reduce_{op}_{SUFFIX[dtype_name(dtype)]}"
+
+
+def scale_kernel(dtype) -> str:
+    """rz_scale_<dtype>: x /= divisor."""
+    return f"rz_scale_{SUFFIX[dtype_name(dtype)]}"
+
+
+def cast_kernel(src_dtype, dst_dtype) -> str:
+    """rz_cast_<src>_<dst>; only float32 to and from the half types."""
+    pair = (dtype_name(src_dtype), dtype_name(dst_dtype))
+    if pair not in CASTS:
+        raise TypeError(f"no cast kernel from {pair[0]} to {pair[1]}; "
+                        f"casts: {', '.join(f'{s}->{d}' for s, d in CASTS)}")
+    return f"rz_cast_{SUFFIX[pair[0]]}_{SUFFIX[pair[1]]}"
+
+
+def optim_kernel(kind: str, lowp_dtype=None) -> str:
+    """rz_adamw_f32 / rz_sgd_f32, with _bf16 or _f16 when a low-precision copy is written."""
+    if kind not in ("adamw", "sgd"):
+        raise ValueError(f"unknown optimizer kernel {kind!r}")
+    if lowp_dtype is None:
+        return f"rz_{kind}_f32"
+    name = dtype_name(lowp_dtype)
+    if name not in ("bfloat16", "float16"):
+        raise TypeError(f"out_lowp must be bfloat16 or float16, got {name}")
+    return f"rz_{kind}_f32_{SUFFIX[name]}"
+
+
+def kernel_names() -> dict[str, list[str]]:
+    """Every entry point each .cu file must define (checked against nvcc's output)."""
+    return {
+        "reduce.cu": [reduce_kernel(op, d) for d in DTYPES for op in REDUCE_OPS],
+        "cast.cu": [cast_kernel(s, d) for s, d in CASTS] + [scale_kernel(d) for d in DTYPES],
+        "optim.cu": [optim_kernel(k, lp) for k in ("adamw", "sgd") for lp in LOWP],
+    }
+
+
+def vector_width(*itemsizes: int) -> int:
+    """Elements per vector: the widest buffer's element fills VECTOR_BYTES.
+
+    A kernel over float32 and bfloat16 buffers moves 4 elements per vector
+    (16 bytes of the one, 8 of the other).
+    """
+    if not itemsizes or any(s <= 0 or VECTOR_BYTES % s for s in itemsizes):
+        raise ValueError(f"bad element sizes {itemsizes}")
+    return VECTOR_BYTES // max(itemsizes)
+
+
+@dataclass(frozen=True)
+class Split:
+    """How n elements divide: ``head`` scalars, ``nvec`` vectors of ``width``, ``tail`` scalars."""
+    head: int
+    nvec: int
+    width: int
+    tail: int
+
+    @property
+    def vector_elems(self) -> int:
+        return self.nvec * self.width
+
+    @property
+    def scalar_elems(self) -> int:
+        return self.head + self.tail
+
+
+def split(n: int, addresses, itemsizes, width: int) -> Split:
+    """The head/vector/tail split of n elements over buffers at ``addresses``.
+
+    Args:
+      n: elements in each buffer.
+      addresses: byte address of element 0 of each buffer.
+      itemsizes: element size of each buffer, same order.
+      width: elements per vector (see vector_width).
+
+    Element i of buffer b is vector-aligned when (addr_b + i*size_b) is a
+    multiple of width*size_b. All buffers must agree on the first such i;
+    otherwise (or if an address is not even element-aligned) everything is
+    scalar.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    addresses, itemsizes = list(addresses), list(itemsizes)
+    if len(addresses) != len(itemsizes) or not addresses:
+        raise ValueError("need one element size per address")
+    scalar = Split(head=n, nvec=0, width=width, tail=0)
+    if width <= 1:
+        return Split(head=0, nvec=n, width=1, tail=0) if width == 1 else scalar
+    phases = set()
+    for addr, size in zip(addresses, itemsizes):
+        if addr % size:
+            return scalar
+        phases.add((addr // size) % width)
+    if len(phases) != 1:
+        return scalar
+    head = min(n, (-phases.pop()) % width)
+    nvec = (n - head) // width
+    return Split(head=head, nvec=nvec, width=width, tail=n - head - nvec * width)
+
+
+def grid_size(split_: Split, sm_count: int, block: int = BLOCK) -> int:
+    """Blocks to launch: enough threads for the larger loop, at most a full device.
+
+    Grid-stride loops cover whatever the grid does not; capping at
+    BLOCKS_PER_SM blocks per SM keeps every SM full without a tail of
+    nearly empty waves. At least 1, so empty launches stay legal.
+    """
+    if sm_count < 1 or block < 1:
+        raise ValueError(f"bad sm_count={sm_count} or block={block}")
+    work = max(split_.nvec, split_.head + split_.tail)
+    return max(1, min(math.ceil(work / block), sm_count * BLOCKS_PER_SM))
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: name, grid, block and the element split."""
+    name: str
+    grid: int
+    block: int
+    split: Split
+
+
+def plan(name: str, n: int, arrays: list[tuple[int, int]], sm_count: int, width: int | None = None) -> Launch:
+    """Launch for kernel ``name`` over n elements of ``arrays`` = [(address, itemsize), ...]."""
+    sizes = [s for _, s in arrays]
+    w = vector_width(*sizes) if width is None else width
+    sp = split(n, [a for a, _ in arrays], sizes, w)
+    return Launch(name=name, grid=grid_size(sp, sm_count), block=BLOCK, split=sp)
+
+
+# ---------------------------------------------------------------- bandwidth
+def bytes_moved(family: str, n: int, itemsize: int = 4, *, src_itemsize: int | None = None,
+                lowp: bool = False, momentum: bool = True) -> int:
+    """Bytes a kernel reads plus writes for n elements (the headers of the .cu files say the same).
+
+    Args:
+      family: "reduce", "scale", "cast", "adamw", "sgd" or "copy".
+      itemsize: element size (the destination's for cast).
+      src_itemsize: the source's element size, for cast.
+      lowp: the optimizer also writes a 2-byte copy of the weights.
+      momentum: SGD with a momentum buffer.
+    """
+    if family == "reduce":
+        return 3 * itemsize * n
+    if family in ("scale", "copy"):
+        return 2 * itemsize * n
+    if family == "cast":
+        if src_itemsize is None:
+            raise ValueError("cast needs src_itemsize")
+        return (src_itemsize + itemsize) * n
+    extra = 2 if lowp else 0
+    if family == "adamw":
+        return (28 + extra) * n
+    if family == "sgd":
+        return ((20 if momentum else 12) + extra) * n
+    raise ValueError(f"unknown kernel family {family!r}")

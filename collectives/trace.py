@@ -1,0 +1,292 @@
+"""Record what the collectives do: every send, receive, wait and reduce, with bytes and times.
+
+    tracer = Tracer()
+    comm = Communicator(tracer=tracer)          # or: COLLECTIVES_TRACE=trace.json mpirun ...
+    comm.all_reduce(x)
+    tracer.totals()                            # {rank: {"sent": B, "recv": B}}
+    tracer.write_chrome("trace.json")          # trace.rank0.json, ... for Perfetto
+
+What arrives here. The Communicator calls ``begin(label, rank=)`` and
+``end(label, rank=)`` around each collective. The algorithms call
+``event(action, rank=, label=, **fields)`` (through ``Context.record``):
+
+- ``send``: one per step, when that step's chunks have been posted: ``phase``,
+  ``step``, ``peer``, ``seg``, ``offset``/``count`` (elements of the full
+  buffer), ``chunks``, ``nbytes``.
+- ``recv`` and ``reduce``: one per chunk, right after it arrived or was
+  reduced, with ``chunk`` and the chunk's own ``offset``/``count``/``nbytes``,
+  and (ignored unless ``keep_data``) ``data``, a view of the bytes that landed.
+- ``wait``: only when the executor actually blocked, with its own ``t0``/``t1``.
+
+Byte totals count the data the algorithms move (the header agreement's few
+hundred bytes are not recorded). Summing ``send`` and ``recv`` events gives
+exactly (N-1)/N of the buffer per rank for reduce-scatter and all-gather.
+
+Times. Each event gets ``t`` (when it was recorded) and ``t0``: the end of the
+previous event of the same thread (or the collective's start). A collective
+runs on one thread, so [t0, t) is the time that thread spent getting to this
+event: posting sends, the reduce itself, and so on; waits carry their exact
+blocked interval. Times are ``time.perf_counter`` seconds, turned into
+microseconds since the epoch on export, so files from several processes of
+one machine line up in one view.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ENV_VAR = "COLLECTIVES_TRACE"
+DATA_ACTIONS = ("send", "recv", "reduce")
+
+
+class Tracer:
+    """Thread-safe recorder of collective events (see the module docstring).
+
+    Args:
+      keep_data: keep a copy of the ``data`` each recv/reduce event carries
+        (``python -m collectives.explain`` shows buffers from it); off for
+        real runs, where it would copy every byte moved.
+      path: where :meth:`close` writes the Chrome trace (None: nowhere).
+      merged: write one file with every rank (True) or one file per rank,
+        ``trace.json`` -> ``trace.rank0.json`` (False).
+    """
+
+    def __init__(self, keep_data: bool = False, path: str | os.PathLike | None = None,
+                 merged: bool = False):
+        self.keep_data, self.path, self.merged = keep_data, path, merged
+        self.events: list[dict] = []
+        self.collectives: list[dict] = []
+        self._lock = threading.Lock()
+        self._open: dict[tuple[int, str], float] = {}
+        self._last: dict[int, float] = {}  # thread id -> end of its previous event
+        self._local = threading.local()
+        self._epoch = time.time() - time.perf_counter()  # perf_counter -> wall seconds
+
+    # ------------------------------------------------------ called by the library
+    def begin(self, label: str, rank: int) -> None:
+        now = time.perf_counter()
+        self._local.current = (rank, label)
+        with self._lock:
+            self._open[(rank, label)] = now
+            self._last[threading.get_ident()] = now
+
+    def end(self, label: str, rank: int) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            t0 = self._open.pop((rank, label), now)
+            self.collectives.append({"label": label, "rank": rank, "t0": t0, "t1": now})
+            self._last[threading.get_ident()] = now
+
+    def event(self, action: str, rank: int | None = None, label: str | None = None, **fields) -> None:
+        now = time.perf_counter()
+        data = fields.pop("data", None)
+        if rank is None or label is None:
+            rank, label = getattr(self._local, "current", (rank, label))
+        ev = {"action": action, "rank": rank, "label": label, **fields}
+        if self.keep_data and data is not None:
+            ev["data"] = np.array(data, copy=True)
+        tid = threading.get_ident()
+        with self._lock:
+            if action == "wait":
+                self._last[tid] = max(self._last.get(tid, ev["t1"]), ev["t1"])
+            else:
+                ev["t0"], ev["t"] = min(self._last.get(tid, now), now), now
+                self._last[tid] = now
+            self.events.append(ev)
+
+    # --------------------------------------------------------------- questions
+    def data_events(self, label: str | None = None) -> list[dict]:
+        """send/recv/reduce events (of one collective label, if given), in record order."""
+        with self._lock:
+            evs = list(self.events)
+        return [e for e in evs if e["action"] in DATA_ACTIONS and (label is None or e["label"] == label)]
+
+    def totals(self, label: str | None = None) -> dict[int, dict[str, int]]:
+        """Bytes each rank sent and received: {rank: {"sent": B, "recv": B}}."""
+        out: dict[int, dict[str, int]] = defaultdict(lambda: {"sent": 0, "recv": 0})
+        for e in self.data_events(label):
+            if e["action"] == "send":
+                out[e["rank"]]["sent"] += int(e["nbytes"])
+            elif e["action"] == "recv":
+                out[e["rank"]]["recv"] += int(e["nbytes"])
+        return dict(out)
+
+    def links(self, label: str | None = None, side: str = "send") -> dict[tuple[int, int], int]:
+        """Bytes per link (src, dst), as the senders (``side="send"``) or receivers saw them."""
+        out: dict[tuple[int, int], int] = defaultdict(int)
+        for e in self.data_events(label):
+            if side == "send" and e["action"] == "send":
+                out[(e["rank"], e["peer"])] += int(e["nbytes"])
+            elif side == "recv" and e["action"] == "recv":
+                out[(e["peer"], e["rank"])] += int(e["nbytes"])
+        return dict(out)
+
+    def labels(self) -> list[str]:
+        """Labels of the finished collectives, in the order they finished (once each)."""
+        with self._lock:
+            return list(dict.fromkeys(c["label"] for c in self.collectives))
+
+    # ------------------------------------------------------------ Chrome trace
+    def chrome_events(self, rank: int | None = None) -> list[dict]:
+        """Chrome trace events ("X" complete events, microseconds; pid = rank)."""
+        us = lambda t: round((t + self._epoch) * 1e6, 3)  # noqa: E731
+        with self._lock:
+            colls, evs = list(self.collectives), list(self.events)
+        ranks = sorted({c["rank"] for c in colls} | {e["rank"] for e in evs if e["rank"] is not None})
+        if rank is not None:
+            ranks = [r for r in ranks if r == rank]
+        out = [{"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}
+               for r in ranks]
+        sums = defaultdict(lambda: {"sent": 0, "recv": 0})
+        for e in evs:
+            if e["action"] in ("send", "recv"):
+                sums[(e["rank"], e["label"])]["sent" if e["action"] == "send" else "recv"] += int(e["nbytes"])
+        for c in colls:
+            if c["rank"] in ranks:
+                args = {"bytes_sent": sums[(c["rank"], c["label"])]["sent"],
+                        "bytes_recv": sums[(c["rank"], c["label"])]["recv"]}
+                out.append(_x(c["label"], "collective", c["rank"], us(c["t0"]), us(c["t1"]), args))
+        for e in evs:
+            if e["rank"] not in ranks:
+                continue
+            args = {k: v for k, v in e.items() if k not in ("action", "rank", "t", "t0", "t1", "data")}
+            args = {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+                    for k, v in args.items()}
+            if e["action"] == "wait":
+                name = f"wait {e['what'].split(' ')[0]} {e['peer']} (step {e['step']}, chunk {e['chunk']})"
+                out.append(_x(name, "wait", e["rank"], us(e["t0"]), us(e["t1"]), args))
+            else:
+                out.append(_x(_event_name(e), e["action"], e["rank"], us(e["t0"]), us(e["t"]), args))
+        return out
+
+    def write_chrome(self, path: str | os.PathLike, merged: bool | None = None) -> list[Path]:
+        """Write the Chrome trace (Perfetto, chrome://tracing); return the files written.
+
+        Args:
+          path: e.g. ``trace.json``.
+          merged: one file with every rank, or one per rank with ``.rank{r}``
+            before the suffix (``trace.rank0.json``). Default: ``self.merged``.
+        """
+        merged = self.merged if merged is None else merged
+        path = Path(path)
+        if merged:
+            files = {path: None}
+        else:
+            with self._lock:
+                ranks = sorted({c["rank"] for c in self.collectives} |
+                               {e["rank"] for e in self.events if e["rank"] is not None})
+            files = {rank_path(path, r): r for r in ranks}
+        for p, r in files.items():
+            doc = {"traceEvents": self.chrome_events(r), "displayTimeUnit": "ns",
+                   "otherData": {"producer": "ringzero collectives.trace"}}
+            tmp = p.with_name(p.name + ".tmp")
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, p)
+        return list(files)
+
+    def close(self) -> None:
+        """Write the trace to ``self.path`` (if set and anything was recorded)."""
+        if self.path is not None and (self.collectives or self.events):
+            self.write_chrome(self.path)
+
+
+def _x(name, cat, pid, t0_us, t1_us, args) -> dict:
+    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": 0,
+            "ts": t0_us, "dur": max(round(t1_us - t0_us, 3), 0.0), "args": args}
+
+
+def _event_name(e: dict) -> str:
+    where = f"seg {e.get('seg')}"
+    if e.get("chunk") is not None:
+        where += f" chunk {e['chunk']}"
+    arrow = {"send": "->", "recv": "<-", "reduce": "from"}[e["action"]]
+    return f"{e['action']} {where} {arrow} {e.get('peer')} ({e['nbytes']} B, {e.get('phase', '')} step {e.get('step')})"
+
+
+def rank_path(path: str | os.PathLike, rank: int) -> Path:
+    """``trace.json`` -> ``trace.rank3.json`` (``trace`` -> ``trace.rank3``)."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
+
+
+def load_chrome(paths) -> list[dict]:
+    """Every event of one or more Chrome trace files (as written by write_chrome)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for p in paths:
+        doc = json.loads(Path(p).read_text())
+        out.extend(doc["traceEvents"] if isinstance(doc, dict) else doc)
+    return out
+
+
+def chrome_totals(events: list[dict]) -> dict[int, dict[str, int]]:
+    """Bytes sent and received per rank (pid), summed from a Chrome trace's send/recv events."""
+    out: dict[int, dict[str, int]] = defaultdict(lambda: {"sent": 0, "recv": 0})
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("send", "recv"):
+            out[e["pid"]]["sent" if e["cat"] == "send" else "recv"] += int(e["args"]["nbytes"])
+    return dict(out)
+
+
+def merge_chrome(paths, out: str | os.PathLike) -> Path:
+    """Merge per-rank files (``trace.rank*.json``) into one file for a single view."""
+    doc = {"traceEvents": load_chrome(paths), "displayTimeUnit": "ns",
+           "otherData": {"producer": "ringzero collectives.trace"}}
+    Path(out).write_text(json.dumps(doc))
+    return Path(out)
+
+
+_ENV_TRACERS: dict[str, Tracer] = {}
+
+
+def tracer_from_env(environ=None) -> Tracer | None:
+    """The tracer ``COLLECTIVES_TRACE=path`` asks for, or None when it is unset or empty.
+
+    Every rank writes its own file at exit: ``path`` with ``.rank{r}`` before
+    the suffix (``trace.json`` -> ``trace.rank0.json``, ``trace.rank1.json``,
+    ...); merge them with ``python -m collectives.trace merge``. All
+    Communicators of one process share one tracer per path, so a second
+    communicator does not overwrite the first one's file.
+    """
+    path = (environ if environ is not None else os.environ).get(ENV_VAR, "")
+    if not path:
+        return None
+    key = os.path.abspath(path)
+    tracer = _ENV_TRACERS.get(key)
+    if tracer is None:
+        import atexit
+
+        tracer = _ENV_TRACERS[key] = Tracer(path=path)
+        atexit.register(tracer.close)
+    return tracer
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m collectives.trace",
+                                 description="Merge per-rank Chrome traces, or print their byte totals.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("merge", help="merge trace.rank*.json into one file")
+    m.add_argument("files", nargs="+")
+    m.add_argument("-o", "--out", required=True)
+    s = sub.add_parser("totals", help="bytes sent and received per rank")
+    s.add_argument("files", nargs="+")
+    args = ap.parse_args(argv)
+    if args.cmd == "merge":
+        print(merge_chrome(args.files, args.out))
+    else:
+        for r, t in sorted(chrome_totals(load_chrome(args.files)).items()):
+            print(f"rank {r}: sent {t['sent']} B, received {t['recv']} B")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""Run under mpirun: mismatches and timeouts must fail on every rank, with names.
+
+Usage: faults.py CASE; prints one JSON line per rank: {"rank", "error", "message"}.
+"""
+import json
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from collectives import CollectiveError, Communicator
+from collectives.ring import TAG_DATA
+
+case = sys.argv[1]
+rank, n = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
+comm = Communicator(timeout=float(sys.argv[2]) if len(sys.argv) > 2 else 20.0, chunk_bytes=4096)
+x = np.arange(10000, dtype=np.float32)
+out = {"rank": rank, "error": None, "message": ""}
+try:
+    comm.all_reduce(x)  # one good call first: sequence numbers advance together
+    if case == "count":
+        comm.all_reduce(x[: 10000 - (rank == n - 1)])
+    elif case == "op":
+        comm.all_reduce(x, op="max" if rank == 1 else "sum")
+    elif case == "dtype":
+        comm.all_reduce(x.astype(np.float64) if rank == 0 else x)
+    elif case == "order":
+        if rank == 0:
+            comm.all_gather(x)
+        else:
+            comm.all_reduce(x)
+    elif case == "gather_counts":
+        comm.all_gather(x[: 100 + rank])
+    elif case == "absent":  # rank 1 never calls: the others time out naming it
+        if rank != 1:
+            comm.all_reduce(x)
+        else:
+            time.sleep(float(sys.argv[2]) * 3)
+    elif case == "drop":  # rank 1 drops its data sends: its neighbour times out mid-ring
+        if rank == 1:
+            comm.transport.fault = lambda kind, peer, tag: tag == TAG_DATA
+        comm.all_reduce(np.ones(1 << 18, np.float32))
+    elif case == "after_error":
+        comm.all_reduce(x[: 10000 - rank])
+    out["message"] = "no error"
+except CollectiveError as e:
+    out["error"], out["message"] = type(e).__name__, str(e)
+if case == "after_error":  # the communicator refuses further use
+    try:
+        comm.all_reduce(x)
+        out["second"] = "no error"
+    except CollectiveError as e:
+        out["second"] = str(e)
+print(json.dumps(out), flush=True)
+sys.stdout.flush()
+MPI.COMM_WORLD.Barrier() if case not in ("absent", "drop") else None

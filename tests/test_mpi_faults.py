@@ -1,0 +1,58 @@
+"""Mismatched calls fail on every rank with a clear message; lost peers time out with names."""
+import json
+
+import pytest
+
+from conftest import run_mpi
+
+
+def _per_rank(proc, n):
+    res = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            res[d["rank"]] = d
+    assert sorted(res) == list(range(n)), proc.stdout + proc.stderr[-3000:]
+    return res
+
+
+@pytest.mark.parametrize("case,n,words", [
+    ("count", 3, ["count differs", "rank 2: 9999", "rank 0: 10000"]),
+    ("op", 2, ["op differs", "rank 1: max", "rank 0: sum"]),
+    ("dtype", 3, ["dtype differs", "rank 0: float64", "rank 1: float32"]),
+    ("order", 4, ["collective differs", "rank 0: all_gather", "rank 1: all_reduce"]),
+    ("gather_counts", 2, ["count differs", "need counts="]),
+])
+def test_mismatch_fails_on_every_rank(case, n, words):
+    proc = run_mpi(n, "faults.py", case, "20", timeout=120)
+    for r, d in _per_rank(proc, n).items():
+        assert d["error"] == "MismatchError", d
+        assert f"rank {r}:" in d["message"]
+        for w in words:
+            assert w in d["message"], (w, d["message"])
+
+
+def test_timeout_names_the_absent_peer():
+    proc = run_mpi(3, "faults.py", "absent", "1.5", timeout=120)
+    res = _per_rank(proc, 3)
+    for r in (0, 2):
+        assert res[r]["error"] == "CollectiveTimeout", res[r]
+        assert f"rank {r}:" in res[r]["message"] and "timed out after 1.5 s" in res[r]["message"]
+    # rank 1's partners in the header exchange wait for it by name
+    assert any("rank 1 never completed" in res[r]["message"] for r in (0, 2)), res
+    assert "agreement" in res[0]["message"]
+
+
+def test_timeout_mid_ring_names_step_and_chunk():
+    proc = run_mpi(2, "faults.py", "drop", "1.5", timeout=120)
+    res = _per_rank(proc, 2)
+    msg = res[0]["message"]
+    assert res[0]["error"] == "CollectiveTimeout", res[0]
+    assert "rank 0:" in msg and "from rank 1" in msg and "step 0" in msg and "chunk 0" in msg, msg
+
+
+def test_communicator_unusable_after_error():
+    proc = run_mpi(2, "faults.py", "after_error", "20", timeout=120)
+    for r, d in _per_rank(proc, 2).items():
+        assert d["error"] == "MismatchError"
+        assert "unusable after an earlier error" in d["second"], d
