@@ -58,6 +58,7 @@ class InProcTransport:
     def __init__(self, fabric: Fabric, rank: int):
         self.fabric, self.rank, self.size = fabric, rank, fabric.world
         self.fault = None  # test-only hook, as in MpiTransport
+        self.oversubscribed = True  # ranks are threads sharing the GIL: waits must not spin
 
     def isend(self, buf: np.ndarray, peer: int, tag: int):
         if self.fault is not None and self.fault("send", peer, tag):

@@ -1,0 +1,245 @@
+"""The ring on simulated ranks (threads, in-process transport), world sizes 1 to 8.
+
+Inputs are small integers, so every sum is exact and results are compared
+bit for bit with numpy.
+"""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from collectives import CollectiveTimeout, Communicator, MismatchError, simulate
+from collectives.dtypes import DTYPES, to_dtype
+from collectives.transport import Fabric
+
+WORLDS = range(1, 9)
+COUNTS = [0, 1, 2, 5, 13, 64, 101, 1031]
+TINY = dict(chunk_bytes=16, small_bytes=0)  # every path through the ring, many chunks
+
+
+def data(count, r, dtype, op="sum"):
+    i = np.arange(count, dtype=np.int64)
+    if op == "prod":
+        v = np.where((i + r) % 5 == 0, 2, np.where((i + r) % 7 == 0, -1, 1))
+    else:
+        v = ((i * 7 + r * 13 + 3) % 17) - 8
+    return v.astype(dtype)
+
+
+def reference(world, count, dtype, op):
+    xs = np.stack([data(count, r, np.float64, op) for r in range(world)]) if count else np.zeros((world, 0))
+    e = {"sum": xs.sum(0), "prod": xs.prod(0), "max": xs.max(0, initial=-1e9), "min": xs.min(0, initial=1e9),
+         "avg": xs.sum(0) / world}[op]
+    if op == "avg" and np.dtype(dtype).kind == "i":
+        e = np.trunc(xs.sum(0) / world)
+    return e.astype(dtype)
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("kw", [TINY, {}], ids=["tiny-chunks", "default"])
+def test_all_reduce_every_count(world, kw):
+    for count in COUNTS:
+        want = reference(world, count, np.float32, "sum")
+        got = simulate(world, lambda c: c.all_reduce(data(count, c.rank, np.float32)), **kw)
+        assert all(same(g, want) for g in got), count
+        # in place returns out itself
+        got = simulate(world, lambda c: (lambda y: (c.all_reduce(y, out=y) is y, y))(data(count, c.rank, np.float32)), **kw)
+        assert all(flag and same(y, want) for flag, y in got), count
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", ["sum", "avg", "max", "min", "prod"])
+def test_all_reduce_dtypes_and_ops(dtype, op):
+    dt = to_dtype(dtype)
+    for world in (1, 3, 4, 7):
+        for count in (0, 3, 97):
+            want = reference(world, count, dt, op)
+            for kw in (TINY, {}):
+                got = simulate(world, lambda c: c.all_reduce(data(count, c.rank, dt, op), op=op), **kw)
+                assert all(same(g, want) for g in got), (world, count, kw)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+def test_reduce_scatter_even_and_uneven(world, dtype):
+    dt = to_dtype(dtype)
+    for count in COUNTS:
+        full = reference(world, count, dt, "sum")
+        splits = [None] if count % world == 0 else []
+        rng = np.random.default_rng(count + world)
+        cuts = np.sort(rng.integers(0, count + 1, world - 1))
+        splits.append(list(np.diff(np.concatenate([[0], cuts, [count]])).astype(int)))
+        for counts in splits:
+            cts = counts or [count // world] * world
+
+            def fn(c):
+                x = data(count, c.rank, dt)
+                y = c.reduce_scatter(x, counts=counts)
+                assert same(x, data(count, c.rank, dt)), "input modified"
+                return y
+            got = simulate(world, fn, **TINY)
+            offs = np.concatenate([[0], np.cumsum(cts)])
+            for r in range(world):
+                assert same(got[r], full[offs[r]:offs[r + 1]]), (count, cts, r)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_gather_even_and_uneven(world):
+    for base in (0, 1, 7, 100):
+        for counts in ([base] * world, [base + (r * 3) % 5 for r in range(world)], [0] * (world - 1) + [base]):
+            want = np.concatenate([data(counts[r], r, np.float32) for r in range(world)])
+            even = len(set(counts)) == 1
+            got = simulate(world, lambda c: c.all_gather(data(counts[c.rank], c.rank, np.float32),
+                                                       counts=None if even else counts), **TINY)
+            assert all(same(g, want) for g in got), counts
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_broadcast_every_root(world):
+    for root in range(world):
+        for count in (0, 1, 50):
+            want = data(count, root, np.float64)
+            got = simulate(world, lambda c: c.broadcast(data(count, c.rank, np.float64), root=root), **TINY)
+            assert all(same(g, want) for g in got)
+            got = simulate(world, lambda c: (lambda y: (c.broadcast(y, root=root, out=y), y)[1])(
+                data(count, c.rank, np.float64)), **TINY)
+            assert all(same(g, want) for g in got)
+
+
+def test_multidimensional_arrays_keep_their_shape():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    got = simulate(3, lambda c: c.all_reduce(x))
+    assert got[0].shape == (2, 3, 4) and np.array_equal(got[0], 3 * x)
+    got = simulate(3, lambda c: c.reduce_scatter(x))
+    assert np.array_equal(got[1], 3 * x.reshape(-1)[8:16])
+
+
+def test_async_work_runs_in_call_order_and_overlaps():
+    def fn(c):
+        x = data(5003, c.rank, np.float32)
+        works = [c.all_reduce(x, async_op=True), c.reduce_scatter(np.tile(x, 4), async_op=True),
+                 c.all_gather(x, async_op=True)]
+        sync = c.all_reduce(x)  # queued behind the async ones, still correct
+        results = [w.wait() for w in works]
+        assert all(w.is_completed() for w in works)
+        with pytest.raises(RuntimeError, match="twice"):
+            works[0].wait()
+        return results, sync
+
+    got = simulate(4, fn, chunk_bytes=1024)
+    want = reference(4, 5003, np.float32, "sum")
+    for r, (res, sync) in enumerate(got):
+        assert same(res[0], want) and same(sync, want)
+        assert same(res[1], np.tile(want, 4)[r * 5003:(r + 1) * 5003])
+        assert same(res[2], np.concatenate([data(5003, q, np.float32) for q in range(4)]))
+
+
+def test_async_lets_the_caller_compute_meanwhile():
+    """While rank 1 is late, rank 0's async all-reduce is pending and rank 0 keeps working."""
+    fabric = Fabric(2)
+    log = {}
+
+    def rank0():
+        c = Communicator(transport=fabric.transport(0), timeout=10)
+        w = c.all_reduce(np.ones(1000, np.float32), async_op=True)
+        log["pending_while_computing"] = not w.is_completed()
+        log["computed"] = float(np.sum(np.arange(1000)))
+        log["result"] = w.wait()
+        c.close()
+
+    def rank1():
+        c = Communicator(transport=fabric.transport(1), timeout=10)
+        time.sleep(0.3)
+        c.all_reduce(np.ones(1000, np.float32))
+        c.close()
+
+    ts = [threading.Thread(target=rank0), threading.Thread(target=rank1)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert log["pending_while_computing"] and log["computed"] == 499500.0
+    assert np.array_equal(log["result"], np.full(1000, 2, np.float32))
+
+
+@pytest.mark.parametrize("world", [2, 3, 5, 8])
+def test_mismatched_count_fails_on_every_rank(world):
+    def fn(c):
+        return c.all_reduce(np.ones(100 + (c.rank == world - 1), np.float32))
+
+    got = simulate(world, fn, return_exceptions=True, timeout=10)
+    for r, e in enumerate(got):
+        assert isinstance(e, MismatchError), (r, e)
+        assert f"rank {r}:" in str(e) and "count differs" in str(e) and f"rank {world - 1}: 101" in str(e)
+
+
+def test_mismatched_order_and_small_vs_ring_path():
+    def fn(c):
+        if c.rank == 0:
+            return c.all_reduce(np.ones(10, np.float32))  # small path
+        return c.all_reduce(np.ones(100000, np.float32))  # ring path
+
+    got = simulate(3, fn, return_exceptions=True, timeout=10)
+    assert all(isinstance(e, MismatchError) for e in got), got
+
+    def fn2(c):
+        return c.broadcast(np.ones(10)) if c.rank == 1 else c.barrier()
+    got = simulate(3, fn2, return_exceptions=True, timeout=10)
+    assert all(isinstance(e, MismatchError) and "collective differs" in str(e) for e in got), got
+
+
+def test_timeout_names_rank_peer_and_step():
+    def fn(c):
+        if c.rank == 1:
+            return None  # never calls
+        return c.all_reduce(np.ones(10, np.float32))
+
+    got = simulate(2, fn, return_exceptions=True, timeout=0.3)
+    assert isinstance(got[0], CollectiveTimeout)
+    assert "rank 0:" in str(got[0]) and "rank 1" in str(got[0]) and "agreement" in str(got[0])
+
+
+def test_bad_arguments_raise_before_any_byte_moves():
+    fabric = Fabric(2)
+    c = Communicator(transport=fabric.transport(0), timeout=0.5)
+    x = np.ones(10, np.float32)
+    with pytest.raises(TypeError, match="numpy or cupy"):
+        c.all_reduce([1.0, 2.0])
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        c.all_reduce(np.ones(4, np.complex64))
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        c.all_reduce(np.ones(4, np.uint8))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        c.all_reduce(np.ones((4, 4), np.float32)[:, 1])
+    with pytest.raises(ValueError, match="unknown op"):
+        c.all_reduce(x, op="mean")
+    with pytest.raises(ValueError, match="elements, expected 10"):
+        c.all_reduce(x, out=np.empty(9, np.float32))
+    with pytest.raises(TypeError, match="dtype"):
+        c.all_reduce(x, out=np.empty(10, np.float64))
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.empty(10, np.float32)
+        ro.flags.writeable = False
+        c.all_reduce(x, out=ro)
+    with pytest.raises(ValueError, match="not divisible"):
+        c.reduce_scatter(np.ones(11, np.float32))
+    with pytest.raises(ValueError, match=">= 0"):
+        c.reduce_scatter(x, counts=[12, -2])
+    with pytest.raises(ValueError, match="add up to"):
+        c.reduce_scatter(x, counts=[5, 4])
+    with pytest.raises(ValueError, match="2 entries|entries, world size"):
+        c.reduce_scatter(x, counts=[10])
+    with pytest.raises(ValueError, match="counts\\[0\\]"):
+        c.all_gather(x, counts=[3, 3])
+    with pytest.raises(ValueError, match="overlap"):
+        c.reduce_scatter(x, out=x[:5])
+    with pytest.raises(ValueError, match="root"):
+        c.broadcast(x, root=2)
+    with pytest.raises(ValueError, match="algorithm"):
+        Communicator(transport=fabric.transport(1), algorithm="tree")
+    # nothing was sent: the wire is empty
+    assert not any(fabric.messages.values())
+    c.close()
