@@ -10,7 +10,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 MPIRUN  := $(BIN)/mpirun --oversubscribe
 NP      ?= 2
 
-.PHONY: venv test demo bench gpu-check clean
+.PHONY: venv test demo bench explain gpu-check clean
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
@@ -24,10 +24,14 @@ $(STAMP): requirements.txt setup.py
 test: $(STAMP)  ## the whole suite: simulated ranks, real mpirun jobs (n=1..5), nvcc compile checks
 	$(BIN)/python -m pytest -q tests
 
-demo: $(STAMP)  ## a short benchmark sweep on 2 ranks plus one correctness line per collective
+demo: $(STAMP)  ## one correctness line per collective, a short ring-vs-MPI sweep, a few ZeRO-3 training steps
 	$(MPIRUN) -n $(NP) $(BIN)/python examples/demo.py
 	$(MPIRUN) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 4M -f 4 -w 2 -n 10 \
 		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi
+	$(MPIRUN) -n 4 $(BIN)/python examples/train.py --stage 3 --hidden 64 --layers 2 --steps 5 --batch 64
+
+explain: $(STAMP)  ## the ring step by step on 4 simulated ranks, drawn to ring.svg
+	$(BIN)/python -m collectives.explain all_reduce --ranks 4 --count 16 --svg ring.svg
 
 bench: $(STAMP)  ## default sweep on 2 ranks, ring vs MPI, JSON under bench/results/
 	$(MPIRUN) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \

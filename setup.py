@@ -9,7 +9,7 @@ setup(
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "mpi4py>=3.1", "ml-dtypes>=0.3"],
     extras_require={
-        "gpu": ["cupy-cuda12x>=13", "nvidia-nccl-cu12>=2.18"],
+        "gpu": ["cupy-cuda12x>=14", "nvidia-nccl-cu12>=2.18"],
         "test": ["pytest>=7"],
         "plot": ["matplotlib>=3.7"],
     },

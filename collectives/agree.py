@@ -26,6 +26,7 @@ import numpy as np
 
 from .dtypes import DTYPES, OPS
 from .errors import MismatchError
+from .kernels import NUMPY_KERNELS
 from .schedule import halving_peers
 
 TAG_AGREE = 11
@@ -69,18 +70,19 @@ def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | N
     Args:
       ctx: the running collective's Context.
       header: this rank's fields (see FIELDS).
-      payload: a small flat array reduced in place over all ranks, or None.
+      payload: a small flat host array reduced in place over all ranks, or None.
       op: the payload's reduction op.
       capacity: the largest payload in bytes any rank may send (small_bytes).
     """
-    n, r, tr, k = ctx.size, ctx.rank, ctx.transport, ctx.kernels
+    n, r, tr = ctx.size, ctx.rank, ctx.transport
+    k = NUMPY_KERNELS  # headers (and small payloads) live in host memory
     if n == 1:
         return
     # Layout of a message: int64 [header, -header] (so one elementwise min
     # keeps both the min and the negated max), then the payload's bytes.
     pbytes = payload.nbytes if payload is not None else 0
-    send = ctx.scratch("agree-send", HEADER_BYTES + pbytes, np.uint8)
-    recv = ctx.scratch("agree-recv", HEADER_BYTES + max(capacity, pbytes), np.uint8)
+    send = ctx.scratch("agree-send", HEADER_BYTES + pbytes, np.uint8, host=True)
+    recv = ctx.scratch("agree-recv", HEADER_BYTES + max(capacity, pbytes), np.uint8, host=True)
     cur = send[:HEADER_BYTES].view(np.int64)
     got = recv[:HEADER_BYTES].view(np.int64)
     cur[:NF] = header
@@ -98,6 +100,11 @@ def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | N
             hs.append(tr.isend(send, peer, TAG_AGREE))
         ctx.wait(hs, peer=peer, step=step, chunk=0,
                  what="header receive" if do_recv else "header send")
+        if payload is not None:  # the small all-reduce's data, traced like the ring's
+            if do_send:
+                ctx.record("send", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
+            if do_recv:
+                ctx.record("recv", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
         if do_recv:
             np.minimum(cur, got, out=cur)
             if payload is not None:  # garbage if the headers differ; then never used

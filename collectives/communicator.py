@@ -16,7 +16,7 @@ from .agree import ALGORITHMS, COLLECTIVES, agree, digest, make_header
 from .context import Context
 from .dtypes import check_op, dtype_code
 from .errors import CollectiveError
-from .kernels import is_device_array, kernels_for
+from .kernels import NUMPY_KERNELS, is_device_array, kernels_for
 from .schedule import split_counts
 from .work import Engine, Work
 
@@ -55,21 +55,19 @@ class Communicator:
             raise ValueError(f"bad chunk_bytes={chunk_bytes} or small_bytes={small_bytes}")
         self.algorithm, self.timeout = algorithm, float(timeout)
         self.chunk_bytes, self.small_bytes, self.verify = int(chunk_bytes), int(small_bytes), verify
+        if tracer is None:
+            from .trace import tracer_from_env
+            tracer = tracer_from_env()  # COLLECTIVES_TRACE=path: one Chrome trace per rank at exit
         self.tracer = tracer
-        self._mpi_algo = None
         if transport is None:
             from mpi4py import MPI
 
             from .transport.mpi import MpiTransport
             transport = MpiTransport(mpi_comm if mpi_comm is not None else MPI.COMM_WORLD)
-            if algorithm == "mpi":
-                from .mpi_algo import MpiAlgorithm
-                self._mpi_algo = MpiAlgorithm(transport.comm)
         elif algorithm != "ring":
             raise ValueError(f"algorithm {algorithm!r} needs an MPI communicator, not a custom transport")
-        if algorithm == "nccl":
-            from .nccl_algo import NcclAlgorithm  # raises a clear error without cupy/NCCL
-            self._nccl = NcclAlgorithm(transport)
+        # The baselines: someone else's collectives behind our API (None for our ring).
+        self._baseline = _make_baseline(algorithm, transport)
         self.transport = transport
         self.rank, self.size = transport.rank, transport.size
         self._seq = 0
@@ -163,11 +161,17 @@ class Communicator:
         hdr = self._header("barrier", None)
         return self._launch("barrier", hdr, lambda ctx: agree(ctx, hdr), None, async_op)
 
+    def scratch_bytes(self) -> int:
+        """Bytes of the reusable communication buffers this communicator holds now."""
+        return sum(b.nbytes for b in self._scratch.values())
+
     def close(self) -> None:
         """Finish queued work and release the progress thread and MPI resources."""
         self._engine.close()
-        if self._mpi_algo is not None:
-            self._mpi_algo.close()
+        if self._baseline is not None:
+            self._baseline.close()
+        if self._device_transport is not None:
+            self._device_transport.close()
         self.transport.close()
 
     def __enter__(self):
@@ -187,8 +191,9 @@ class Communicator:
             if self._broken is not None:
                 raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
                                       f"earlier error: {self._broken}") from self._broken
-            ctx = Context(self._transport_for(result), self._kernels(result), label, self.timeout,
-                          self._chunk_elems(result), self._get_scratch, self.tracer)
+            kernels = self._kernels(result)
+            ctx = Context(self._transport_for(result), kernels, label, self.timeout,
+                          self._chunk_elems(result), self._scratch_for(kernels), self.tracer)
             try:
                 if ctx.tracer is not None:
                     ctx.tracer.begin(label, rank=self.rank)
@@ -206,36 +211,36 @@ class Communicator:
 
     def _all_reduce(self, ctx, hdr, x, out, op):
         base = "sum" if op == "avg" else op
-        if self._mpi_algo is None and out.nbytes <= self.small_bytes:
+        if self._baseline is None and out.nbytes <= self.small_bytes:
             small.all_reduce(ctx, hdr, x, out, base, self.small_bytes)  # header rides along
         else:
             self._agree(ctx, hdr)
-            if self._mpi_algo is not None:
-                return self._mpi_algo.all_reduce(x, out, op)
+            if self._baseline is not None:
+                return self._baseline.all_reduce(x, out, op)
             ring.all_reduce(ctx, x, out, split_counts(x.size, self.size, _granule(x)), base)
         if op == "avg":
             ctx.kernels.scale(out, self.size)
 
     def _reduce_scatter(self, ctx, hdr, x, out, counts, op):
         self._agree(ctx, hdr)
-        if self._mpi_algo is not None:
-            return self._mpi_algo.reduce_scatter(x, out, counts, op)
+        if self._baseline is not None:
+            return self._baseline.reduce_scatter(x, out, counts, op)
         ring.reduce_scatter(ctx, x, out, counts, "sum" if op == "avg" else op)
         if op == "avg":
             ctx.kernels.scale(out, self.size)
 
     def _all_gather(self, ctx, hdr, x, out, counts):
         self._agree(ctx, hdr)
-        if self._mpi_algo is not None:
-            return self._mpi_algo.all_gather(x, out, counts)
+        if self._baseline is not None:
+            return self._baseline.all_gather(x, out, counts)
         ring.all_gather(ctx, x, out, counts)
 
     def _broadcast(self, ctx, hdr, x, out, root):
         self._agree(ctx, hdr)
         if out is not x and self.rank == root:
             ctx.kernels.copy(out, x)
-        if self._mpi_algo is not None:
-            return self._mpi_algo.broadcast(out, root)
+        if self._baseline is not None:
+            return self._baseline.broadcast(out, root)
         ring.broadcast(ctx, out, root)
 
     def _agree(self, ctx, hdr):
@@ -268,17 +273,19 @@ class Communicator:
     def _chunk_elems(self, x):
         return max(1, self.chunk_bytes // (x.dtype.itemsize if x is not None else 1))
 
-    def _get_scratch(self, name, n, dtype):
-        """Reusable scratch arrays: fresh allocations would page-fault on every call."""
-        key = (name, np.dtype(dtype).str)
-        buf = self._scratch.get(key)
-        if buf is None or buf.size < n:
-            buf = self._kernels_for_dtype().empty(max(n, 1), dtype)
-            self._scratch[key] = buf
-        return buf[:n]
-
-    def _kernels_for_dtype(self):
-        return kernels_for(np.empty(0))
+    def _scratch_for(self, kernels):
+        """scratch(name, n, dtype, host=False): reusable buffers where ``kernels`` computes
+        (host=True: always host memory, for headers). Fresh allocations would
+        page-fault on every call."""
+        def scratch(name, n, dtype, host=False):
+            k = NUMPY_KERNELS if host else kernels
+            key = (name, np.dtype(dtype).str, k.name, getattr(k, "_device", None))
+            buf = self._scratch.get(key)
+            if buf is None or buf.size < n:
+                buf = k.empty(max(n, 1), dtype)
+                self._scratch[key] = buf
+            return buf[:n]
+        return scratch
 
     @staticmethod
     def _check_array(x, name):
@@ -314,6 +321,17 @@ class Communicator:
         if any(c < 0 for c in counts):
             raise ValueError(f"{what}: counts must be >= 0, got {counts}")
         return counts
+
+
+def _make_baseline(algorithm: str, transport):
+    """The registry of other libraries' collectives, imported only when asked for."""
+    if algorithm == "mpi":
+        from .mpi_algo import MpiAlgorithm
+        return MpiAlgorithm(transport.comm)
+    if algorithm == "nccl":
+        from .nccl_algo import NcclAlgorithm  # a clear error without cupy or NCCL
+        return NcclAlgorithm(transport)
+    return None
 
 
 def _granule(x) -> int:

@@ -28,6 +28,13 @@ from .schedule import Range, all_gather_step, chunks, offsets, reduce_scatter_st
 TAG_DATA = 21
 
 
+def _same_memory(a, b) -> bool:
+    """True when ``a`` is ``b``'s memory (all_gather with x already in place in out)."""
+    if isinstance(a, np.ndarray):
+        return np.shares_memory(a, b)
+    return a.data.ptr == b.data.ptr  # cupy
+
+
 def _seg(offs: list[int], s: int) -> slice:
     return slice(offs[s], offs[s + 1])
 
@@ -128,7 +135,7 @@ def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
     """out <- every rank's ``x`` in rank order (x has counts[rank] elements)."""
     offs = offsets(counts)
     own = out[_seg(offs, ctx.rank)]
-    if own.size and not np.shares_memory(own, x):
+    if own.size and not _same_memory(own, x):
         ctx.kernels.copy(own, x)
     if ctx.size > 1:
         _gather_phase(ctx, out, counts)

@@ -16,7 +16,16 @@ from .agree import agree
 
 
 def all_reduce(ctx, header: list[int], x: np.ndarray, out: np.ndarray, op: str, capacity: int) -> None:
-    """out <- op-reduction of every rank's x (x.nbytes <= capacity on every rank)."""
+    """out <- op-reduction of every rank's x (x.nbytes <= capacity on every rank).
+
+    Device arrays take a trip through host memory: for a few kilobytes the
+    copies cost less than a kernel launch per round.
+    """
+    if ctx.kernels.device:
+        host = ctx.kernels.xp.asnumpy(x)
+        agree(ctx, header, payload=host, op=op, capacity=capacity)
+        out.set(host)
+        return
     if out is not x:
         ctx.kernels.copy(out, x)
     agree(ctx, header, payload=out, op=op, capacity=capacity)

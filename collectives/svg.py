@@ -146,8 +146,9 @@ def render_svg(run) -> str:
                    f'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>')
     out.append("</defs>")
     out.append(f'<rect width="{w}" height="{h}" fill="#ffffff"/>')
+    split = f"root {run.root}" if run.op == "broadcast" else f"segments {run.counts}"
     title = (f"{run.op}: {sum(run.counts)} x {run.dtype.name} ({run.nbytes} B) on {run.world} ranks, "
-             f"segments {run.counts}, chunk {run.chunk} elements")
+             f"{split}, chunk {run.chunk} elements")
     out.append(f'<text x="12" y="24" font-size="15" font-weight="bold">{escape(title)}</text>')
     out.append('<text x="12" y="42" font-size="11">cells: each rank\'s buffer, one per segment, striped by '
                'the ranks whose data it holds (grey: not received yet; hatched: empty segment).</text>')

@@ -151,7 +151,7 @@ class Tracer:
             if c["rank"] in ranks:
                 args = {"bytes_sent": sums[(c["rank"], c["label"])]["sent"],
                         "bytes_recv": sums[(c["rank"], c["label"])]["recv"]}
-                out.append(_x(c["label"], "collective", c["rank"], us(c["t0"]), us(c["t1"]), args))
+                out.append(_x(c["label"], "collective", c["rank"], c["t0"], c["t1"], args, us))
         for e in evs:
             if e["rank"] not in ranks:
                 continue
@@ -160,9 +160,9 @@ class Tracer:
                     for k, v in args.items()}
             if e["action"] == "wait":
                 name = f"wait {e['what'].split(' ')[0]} {e['peer']} (step {e['step']}, chunk {e['chunk']})"
-                out.append(_x(name, "wait", e["rank"], us(e["t0"]), us(e["t1"]), args))
+                out.append(_x(name, "wait", e["rank"], e["t0"], e["t1"], args, us))
             else:
-                out.append(_x(_event_name(e), e["action"], e["rank"], us(e["t0"]), us(e["t"]), args))
+                out.append(_x(_event_name(e), e["action"], e["rank"], e["t0"], e["t"], args, us))
         return out
 
     def write_chrome(self, path: str | os.PathLike, merged: bool | None = None) -> list[Path]:
@@ -196,9 +196,11 @@ class Tracer:
             self.write_chrome(self.path)
 
 
-def _x(name, cat, pid, t0_us, t1_us, args) -> dict:
+def _x(name, cat, pid, t0, t1, args, us) -> dict:
+    # the duration from the raw seconds: absolute wall-clock microseconds keep
+    # only about a quarter of a microsecond of precision
     return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": 0,
-            "ts": t0_us, "dur": max(round(t1_us - t0_us, 3), 0.0), "args": args}
+            "ts": us(t0), "dur": max(round((t1 - t0) * 1e6, 3), 0.0), "args": args}
 
 
 def _event_name(e: dict) -> str:
@@ -283,8 +285,14 @@ def main(argv=None) -> int:
     if args.cmd == "merge":
         print(merge_chrome(args.files, args.out))
     else:
-        for r, t in sorted(chrome_totals(load_chrome(args.files)).items()):
-            print(f"rank {r}: sent {t['sent']} B, received {t['recv']} B")
+        events = load_chrome(args.files)
+        labels = [e["name"] for e in events if e.get("cat") == "collective"]
+        for label in dict.fromkeys(labels):
+            mine = [e for e in events if e.get("args", {}).get("label") == label]
+            for r, t in sorted(chrome_totals(mine).items()):
+                print(f"{label:<20} rank {r}: sent {t['sent']:>10} B, received {t['recv']:>10} B")
+        for r, t in sorted(chrome_totals(events).items()):
+            print(f"{'all':<20} rank {r}: sent {t['sent']:>10} B, received {t['recv']:>10} B")
     return 0
 
 

@@ -5,7 +5,7 @@ import numpy as np
 
 from .numpy_kernels import NUMPY_KERNELS, NumpyKernels
 
-__all__ = ["NumpyKernels", "kernels_for"]
+__all__ = ["NUMPY_KERNELS", "NumpyKernels", "is_device_array", "kernels_for"]
 
 
 def is_device_array(x) -> bool:
@@ -21,5 +21,5 @@ def kernels_for(x):
             from .cuda_kernels import cuda_kernels
         except ImportError as e:  # cupy present but our CUDA set could not load
             raise RuntimeError(f"cupy array given but the CUDA kernel set is unavailable: {e}") from e
-        return cuda_kernels()
+        return cuda_kernels(x.device.id)  # scratch lands on x's GPU, whatever thread asks
     return NUMPY_KERNELS

@@ -38,8 +38,9 @@ def f16_bits(x) -> np.ndarray:
     r = a - 0x38000000  # rebias the exponent from 127 to 15
     normal = (r + 0xFFF + ((r >> 13) & 1)) >> 13
     # below 2^-14: a multiple of 2^-24, rounded to nearest even (exact in float64)
-    mag = np.abs(np.asarray(x, dtype=F32).astype(np.float64))
-    sub = np.rint(np.where(a < 0x38800000, mag, 0.0) * 2.0 ** 24).astype(np.int64)
+    with np.errstate(invalid="ignore"):  # signalling NaNs; masked out below
+        mag = np.where(a < 0x38800000, np.abs(np.asarray(x, dtype=F32).astype(np.float64)), 0.0)
+    sub = np.rint(mag * 2.0 ** 24).astype(np.int64)
     h = np.where(a < 0x38800000, sub, normal)
     h = np.where(a >= 0x477FF000, 0x7C00, h)  # >= 65520 rounds to inf
     h = np.where(a > 0x7F800000, 0x7E00, h)

@@ -24,6 +24,10 @@ the reduce that produced its data; a receive records one too, so it never
 overwrites a buffer a queued kernel still reads. A receive completes once
 its data is on the device, so a kernel launched afterwards reads it.
 
+A message may be shorter than its receive buffer, as in MPI. IPC copies
+only the bytes sent; staging and CUDA-aware MPI may also write the bytes past
+a short message (every receive of device data in the ring is exact).
+
 Messages between one pair of ranks with one tag stay in post order, as the
 algorithms expect: each (direction, peer, tag) is a FIFO channel, and an
 operation puts its MPI message on the wire only after the ones before it.
@@ -327,9 +331,9 @@ class _IpcRecv(_Op):
             if not t.host.test(self.reqs[0]):
                 return
             nbytes, offset = int(self.msg[0]), int(self.msg[1])
-            if nbytes != self.nbytes:
+            if nbytes > self.nbytes:  # shorter is fine, as in MPI
                 raise CollectiveError(f"rank {t.rank}: message from rank {self.peer} (tag {self.tag}) has "
-                                      f"{nbytes} bytes, the receive expects {self.nbytes}")
+                                      f"{nbytes} bytes, the receive has room for {self.nbytes}")
             handle = self.msg[4:].tobytes()
             self.copied = t.backend.pull(self.buf, handle, offset, nbytes) if nbytes else _Ready()
         if self.acked is None and self.copied.done():
@@ -399,15 +403,27 @@ class DeviceTransport:
         while channel and channel[0].done:
             channel.popleft()
 
+    def progress(self) -> None:
+        """Move every pending operation on. Waiting on a receive must also push
+        this rank's sends out (the peer may be waiting for them), as an MPI
+        progress engine does."""
+        for key in list(self._channels):
+            ch = self._channels[key]
+            self._advance(ch)
+            if not ch:
+                del self._channels[key]
+
     def test(self, handle) -> bool:
         if isinstance(handle, _HostHandle):
+            self.progress()
             return self.host.test(handle.req)
         if not handle.done:
-            self._advance(handle.channel)
+            self.progress()
         return handle.done
 
     def testall(self, handles) -> bool:
-        return all([self.test(h) for h in handles])
+        self.progress()
+        return all([h.done if not isinstance(h, _HostHandle) else self.host.test(h.req) for h in handles])
 
     def cancel(self, handles) -> None:
         for h in handles:

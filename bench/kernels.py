@@ -1,0 +1,98 @@
+"""Kernel bandwidth on one GPU: reduce, cast and fused AdamW beside a device copy.
+
+    python bench/kernels.py [--bytes 1G] [--iters 20] [--json PATH]
+
+GB/s counts bytes read plus written (launch.bytes_moved, the numbers the
+.cu headers state). The device-to-device copy is measured in the same run
+and is the limit each kernel is compared with; the check passes when reduce
+reaches 85% of it and AdamW 75%.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from collectives.dtypes import bfloat16  # noqa: E402
+from collectives.kernels import launch  # noqa: E402
+
+TARGETS = {"reduce_sum_f32": 0.85, "adamw_f32": 0.75}
+
+
+def parse_size(s: str) -> int:
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * mult[s[-1].upper()]) if s[-1].upper() in mult else int(s)
+
+
+def timed(cp, fn, iters: int) -> float:
+    """Median seconds per call, on the default stream, with events."""
+    fn()
+    cp.cuda.Stream.null.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(cp.cuda.Stream.null)
+        fn()
+        b.record(cp.cuda.Stream.null)
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
+    return float(np.median(times))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bytes", default="1G", help="size of each f32 buffer (default 1G)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    import cupy as cp
+
+    from collectives.kernels.cuda_kernels import cuda_kernels
+    k = cuda_kernels()
+    n = parse_size(args.bytes) // 4
+    a, b, out = (cp.ones(n, cp.float32) for _ in range(3))
+    rows = []
+
+    def row(name, secs, nbytes):
+        rows.append(dict(kernel=name, n=n, seconds=secs, bytes=nbytes, gbps=nbytes / secs / 1e9))
+
+    t = timed(cp, lambda: cp.cuda.runtime.memcpyAsync(out.data.ptr, a.data.ptr, a.nbytes, 3,
+                                                      cp.cuda.Stream.null.ptr), args.iters)
+    row("copy_d2d", t, launch.bytes_moved("copy", n, 4))
+    row("reduce_sum_f32", timed(cp, lambda: k.reduce("sum", a, b, out), args.iters),
+        launch.bytes_moved("reduce", n, 4))
+    low = cp.empty(n, bfloat16)
+    row("cast_f32_bf16", timed(cp, lambda: k.cast(low, a), args.iters),
+        launch.bytes_moved("cast", n, 2, src_itemsize=4))
+    row("cast_bf16_f32", timed(cp, lambda: k.cast(out, low), args.iters),
+        launch.bytes_moved("cast", n, 4, src_itemsize=2))
+    del low
+    p, g, m, v = a, b, out, cp.ones(n, cp.float32)
+    hp = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=1)
+    row("adamw_f32", timed(cp, lambda: k.adamw_step(p, g, m, v, **hp), args.iters),
+        launch.bytes_moved("adamw", n))
+    copy_bw = rows[0]["gbps"]
+    ok = True
+    print(f"{'kernel':<16} {'elements':>12} {'time(ms)':>10} {'GB/s':>9} {'of copy':>8}  target")
+    for r in rows:
+        r["fraction_of_copy"] = r["gbps"] / copy_bw
+        target = TARGETS.get(r["kernel"])
+        r["target"] = target
+        r["pass"] = target is None or r["fraction_of_copy"] >= target
+        ok &= r["pass"]
+        print(f"{r['kernel']:<16} {r['n']:>12} {r['seconds'] * 1e3:>10.3f} {r['gbps']:>9.1f} "
+              f"{r['fraction_of_copy']:>7.0%}  {'' if target is None else f'>= {target:.0%}'}"
+              f"{'' if r['pass'] else '  FAIL'}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        Path(args.json).write_text(json.dumps(dict(device=dev["name"].decode(), rows=rows, pass_=ok), indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+// rz_common.cuh: element types, conversions and reduction ops shared by the
+// ringzero kernels (reduce.cu, cast.cu, optim.cu).
+//
+// Self-contained on purpose: no host headers and no cuda_fp16.h/cuda_bf16.h,
+// so the same text compiles under nvcc (the `make test` check) and under
+// NVRTC through cupy.RawModule, whatever include paths the runtime has.
+// Half types travel as their 16-bit patterns (unsigned short) and are
+// converted with PTX (f16) or integer arithmetic (bf16), both rounding to
+// nearest even, the same as ml_dtypes and collectives/kernels/reference.py.
+#pragma once
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+struct f16_t { unsigned short bits; };
+struct bf16_t { unsigned short bits; };
+
+__device__ __forceinline__ float to_float(f16_t h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+    return f;
+}
+
+__device__ __forceinline__ float to_float(bf16_t h) {
+    return __uint_as_float(((unsigned)h.bits) << 16);
+}
+
+__device__ __forceinline__ f16_t f16_rn(float f) {
+    f16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+    return h;
+}
+
+// Round to nearest even on the bit pattern; NaN stays a quiet NaN.
+__device__ __forceinline__ bf16_t bf16_rn(float f) {
+    unsigned u = __float_as_uint(f);
+    bf16_t h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        h.bits = (unsigned short)((u >> 16) | 0x40u);
+    } else {
+        h.bits = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    return h;
+}
+
+// Acc<T>: the type a kernel computes in (float32 for half types).
+template <typename T> struct Acc {
+    typedef T type;
+    static __device__ __forceinline__ T load(T x) { return x; }
+    static __device__ __forceinline__ T store(T x) { return x; }
+};
+template <> struct Acc<f16_t> {
+    typedef float type;
+    static __device__ __forceinline__ float load(f16_t x) { return to_float(x); }
+    static __device__ __forceinline__ f16_t store(float x) { return f16_rn(x); }
+};
+template <> struct Acc<bf16_t> {
+    typedef float type;
+    static __device__ __forceinline__ float load(bf16_t x) { return to_float(x); }
+    static __device__ __forceinline__ bf16_t store(float x) { return bf16_rn(x); }
+};
+
+// Integer sums and products wrap in two's complement (as numpy does);
+// done in unsigned arithmetic, where wrapping is defined.
+__device__ __forceinline__ float rz_add(float a, float b) { return a + b; }
+__device__ __forceinline__ double rz_add(double a, double b) { return a + b; }
+__device__ __forceinline__ int rz_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ i64 rz_add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
+__device__ __forceinline__ float rz_mul(float a, float b) { return a * b; }
+__device__ __forceinline__ double rz_mul(double a, double b) { return a * b; }
+__device__ __forceinline__ int rz_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ i64 rz_mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
+
+// max/min propagate NaN like numpy.maximum/minimum (fmaxf would drop it).
+struct OpSum { template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return rz_add(a, b); } };
+struct OpProd { template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return rz_mul(a, b); } };
+struct OpMax { template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return (a > b || a != a) ? a : b; } };
+struct OpMin { template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return (a < b || a != a) ? a : b; } };
+
+// Vector lanes: V elements of T packed in one aligned load of sizeof(T)*V bytes.
+template <int BYTES> struct VecWord;
+template <> struct VecWord<16> { typedef uint4 type; };
+template <> struct VecWord<8> { typedef uint2 type; };
+template <> struct VecWord<4> { typedef unsigned type; };
+
+template <typename T, int V> struct Vec {
+    typedef typename VecWord<sizeof(T) * V>::type word;
+    union { word w; T e[V]; };
+    __device__ __forceinline__ Vec() {}
+};
+
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> vload(const T* base, i64 i) {
+    Vec<T, V> v;
+    v.w = reinterpret_cast<const typename Vec<T, V>::word*>(base)[i];
+    return v;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void vstore(T* base, i64 i, const Vec<T, V>& v) {
+    reinterpret_cast<typename Vec<T, V>::word*>(base)[i] = v.w;
+}
+
+// Launch geometry shared by every kernel (see collectives/kernels/launch.py):
+// elements [head, head + nvec*V) go through aligned vectors, the rest
+// ([0, head) and [head + nvec*V, n)) element by element; both loops are
+// grid-stride loops.
+__device__ __forceinline__ i64 rz_tid() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ i64 rz_stride() { return (i64)gridDim.x * blockDim.x; }
+
+// The i-th scalar element: the head first, then the tail.
+__device__ __forceinline__ i64 rz_scalar_index(i64 i, i64 head, i64 tail0) {
+    return i < head ? i : tail0 + (i - head);
+}

@@ -1,0 +1,87 @@
+"""Memory: what a ZeroOptimizer holds (measured) and what ZeRO says it should.
+
+The ZeRO paper (Rajbhandari et al., 2020, Figure 1) counts, for Ψ parameters
+on N ranks with mixed-precision Adam: 2Ψ bytes of fp16 weights, 2Ψ of fp16
+gradients and KΨ of optimizer state (K = 12: fp32 master weights, momentum
+and variance), so
+
+    stage 0: (2 + 2 + K)Ψ      stage 1: (2 + 2)Ψ + KΨ/N
+    stage 2: 2Ψ + (2 + K)Ψ/N   stage 3: (2 + 2 + K)Ψ/N
+
+    python -m sharding.memory --params 7.5e9 --world 64
+"""
+from __future__ import annotations
+
+import argparse
+
+from .estimate import CATEGORIES, estimate_memory
+
+__all__ = ["estimate_memory", "measure", "format_report"]
+
+
+def _root(a):
+    while getattr(a, "base", None) is not None:
+        a = a.base
+    return a
+
+
+def measure(opt) -> dict:
+    """Bytes of the live arrays a ZeroOptimizer holds on this rank, by category.
+    An array counted once (e.g. float32 stage-0 weights that are also the master)."""
+    seen, out = set(), {c: 0 for c in CATEGORIES}
+
+    def add(cat, a):
+        if a is None:
+            return
+        r = _root(a)
+        if id(r) in seen:
+            return
+        seen.add(id(r))
+        out[cat] += int(r.nbytes)
+
+    for u in opt.units.values():
+        add("weights", u.full)
+        add("weights", u.pshard)
+        add("master", u.master)
+        for s in u.state.values():
+            add("optimizer", s)
+        add("gradients", u.grad)
+        for p in u.pending:
+            for b in p.buffers:
+                add("comm", b)
+    for p in opt._gathering.values():
+        for b in p.buffers:
+            add("comm", b)
+    for b in opt._comm_live:
+        add("comm", b)
+    out["comm"] += opt.comm.scratch_bytes()  # the ring's receive and partial-sum buffers
+    out["total"] = sum(out[c] for c in CATEGORIES)
+    return out
+
+
+def format_report(rep: dict, est: dict | None = None) -> str:
+    """One line per category, in MB, beside the estimate when given."""
+    lines = []
+    for c in CATEGORIES + ("total",):
+        line = f"  {c:<10} {rep[c] / 1e6:10.2f} MB"
+        if est is not None:
+            line += f"   (ZeRO estimate {est[c] / 1e6:10.2f} MB)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="ZeRO per-rank memory (paper Figure 1), in GB (1e9 bytes)")
+    ap.add_argument("--params", type=float, required=True, help="number of parameters Ψ, e.g. 7.5e9")
+    ap.add_argument("--world", type=int, required=True, help="number of ranks N")
+    ap.add_argument("--k", type=int, default=12, help="optimizer bytes per parameter (12: mixed-precision Adam)")
+    a = ap.parse_args(argv)
+    figs = [estimate_memory(a.params, a.world, s, master_bytes=4, state_bytes=a.k - 4)["total"] / 1e9
+            for s in range(4)]
+    print(f"params {a.params:.3g}  world {a.world}  K {a.k}")
+    print("  baseline  stage1(Pos)  stage2(Pos+g)  stage3(Pos+g+p)")
+    print("  " + "  ".join(f"{f:.1f}".removesuffix(".0").rjust(w - 3) + " GB" for f, w in zip(figs, (8, 11, 13, 15))))
+
+
+if __name__ == "__main__":
+    main()

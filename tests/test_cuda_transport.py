@@ -1,0 +1,272 @@
+"""The device transport's protocols (staged, CUDA-aware, IPC) without a GPU.
+
+transport/device.py keeps every GPU call behind a small backend. Here a fake
+backend stands in: numpy arrays play device buffers, events complete only
+after a few polls (so every state of every protocol is visited), and "IPC
+handles" name arrays in a registry shared by the simulated ranks. The real
+ring collectives then run over it on threads (in-process transport) and
+must give the exact answers. Also: everything imports, and the CPU path
+works, when cupy is importable but no GPU is present.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from collectives import Communicator
+from collectives.errors import CollectiveError
+from collectives.transport.device import DeviceTransport, choose_mode, cuda_aware_mpi, make_device_transport
+from collectives.transport.inproc import Fabric
+
+
+class _LazyEvent:
+    def __init__(self, polls, action=None):
+        self.left, self.action = polls, action
+
+    def done(self):
+        if self.left > 0:
+            self.left -= 1
+            return False
+        if self.action is not None:
+            self.action()
+            self.action = None
+        return True
+
+
+def _root(a):
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+class FakeBackend:
+    """numpy buffers as device memory; copies happen when their event completes."""
+
+    registry: dict = {}
+
+    def __init__(self, polls=2):
+        self.polls = polls
+        self.counts = {"d2h": 0, "h2d": 0, "pull": 0, "export": 0}
+
+    def is_device(self, buf):
+        return isinstance(buf, np.ndarray)
+
+    def record(self, buf):
+        return _LazyEvent(self.polls)
+
+    def pinned(self, nbytes):
+        return np.empty(nbytes, np.uint8)
+
+    def d2h(self, host, buf, after):
+        self.counts["d2h"] += 1
+        data = buf.view(np.uint8).copy()  # the producer already ran: kernels are synchronous here
+        return _LazyEvent(self.polls, lambda: host.__setitem__(slice(None), data))
+
+    def h2d(self, buf, host, after):
+        self.counts["h2d"] += 1
+        return _LazyEvent(self.polls, lambda: buf.view(np.uint8).__setitem__(slice(None), host))
+
+    def export(self, buf):
+        self.counts["export"] += 1
+        root = _root(buf)
+        key = id(root).to_bytes(8, "little") * 8
+        FakeBackend.registry[key] = root
+        return key, buf.ctypes.data - root.ctypes.data
+
+    def pull(self, dst, handle, offset, nbytes):
+        self.counts["pull"] += 1
+        src = FakeBackend.registry[handle].reshape(-1).view(np.uint8)[offset:offset + nbytes].copy()
+        return _LazyEvent(self.polls, lambda: dst.view(np.uint8).__setitem__(slice(0, nbytes), src))
+
+
+def _run(world, mode, fn, **kw):
+    fabric = Fabric(world)
+    backends = [FakeBackend() for _ in range(world)]
+    results, errors = [None] * world, [None] * world
+
+    def body(r):
+        t = make_device_transport(fabric.transport(r), mode, backend=backends[r])
+        comm = Communicator(transport=t, timeout=20, **kw)
+        try:
+            results[r] = fn(comm)
+        except BaseException as e:
+            errors[r] = e
+        finally:
+            comm.close()
+
+    ths = [threading.Thread(target=body, args=(r,)) for r in range(world)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    for e in errors:
+        if e is not None:
+            raise e
+    return results, backends
+
+
+MODES = ["staged", "ipc", "cuda_aware"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+def test_collectives_exact_over_device_protocols(mode, world):
+    n = 1000 + world
+
+    def fn(comm):
+        r = comm.rank
+        x = (np.arange(n, dtype=np.float32) % 97) * (r + 1)
+        ar = comm.all_reduce(x)
+        avg = comm.all_reduce(np.full(n, r * 4, np.int64), op="avg")
+        counts = [n // world + (i < n % world) for i in range(world)]
+        rs = comm.reduce_scatter(x, counts=counts)
+        ag = comm.all_gather(np.full(counts[r], r, np.int32), counts=counts)
+        bc = comm.broadcast(np.full(37, r, np.float64), root=world - 1)
+        return ar, avg, rs, ag, bc, counts
+
+    results, backends = _run(world, mode, fn, chunk_bytes=256, small_bytes=64)
+    base = np.arange(n, dtype=np.float32) % 97
+    total = world * (world + 1) // 2
+    for r, (ar, avg, rs, ag, bc, counts) in enumerate(results):
+        assert np.array_equal(ar, base * total)
+        assert np.array_equal(avg, np.full(n, 4 * (world - 1) * world // 2 // world, np.int64))
+        off = sum(counts[:r])
+        assert np.array_equal(rs, (base * total)[off:off + counts[r]])
+        assert np.array_equal(ag, np.repeat(np.arange(world, dtype=np.int32), counts))
+        assert np.array_equal(bc, np.full(37, world - 1, np.float64))
+    if world > 1:  # the protocol actually ran
+        c = backends[0].counts
+        if mode == "staged":
+            assert c["d2h"] > 10 and c["h2d"] > 10 and c["pull"] == 0
+        elif mode == "ipc":
+            assert c["pull"] > 10 and c["export"] > 10 and c["d2h"] == 0
+        else:
+            assert sum(c.values()) == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fifo_order_per_peer_and_tag(mode):
+    """Many messages on one (peer, tag), polled newest first, still match in post order."""
+    fabric = Fabric(2)
+    ts = [DeviceTransport(fabric.transport(r), mode, FakeBackend(polls=3)) for r in range(2)]
+    msgs = [np.full(5 + i, i, np.int32) for i in range(8)]
+    bufs = [np.zeros(5 + i, np.int32) for i in range(8)]
+    recvs = [ts[1].irecv(b, 0, 21) for b in bufs]
+    sends = [ts[0].isend(m, 1, 21) for m in msgs]
+    for _ in range(200):
+        done_r = [ts[1].test(h) for h in reversed(recvs)]
+        done_s = [ts[0].test(h) for h in reversed(sends)]
+        if all(done_r) and all(done_s):
+            break
+    else:
+        pytest.fail("device transport did not finish")
+    for m, b in zip(msgs, bufs):
+        assert np.array_equal(m, b)
+
+
+def test_ipc_size_mismatch_is_an_error():
+    fabric = Fabric(2)
+    ts = [DeviceTransport(fabric.transport(r), "ipc", FakeBackend(polls=0)) for r in range(2)]
+    ts[0].isend(np.zeros(8, np.float32), 1, 21)
+    with pytest.raises(CollectiveError, match="32 bytes, the receive has room for 16"):
+        h = ts[1].irecv(np.zeros(4, np.float32), 0, 21)
+        for _ in range(20):
+            ts[0].testall([])
+            ts[1].test(h)
+            for op in list(ts[0]._channels[("send", 1, 21)]):
+                op.step()
+
+
+def test_host_buffers_bypass_the_device_path():
+    fabric = Fabric(2)
+
+    class HostOnly(FakeBackend):
+        def is_device(self, buf):
+            return False
+
+    ts = [DeviceTransport(fabric.transport(r), "staged", HostOnly()) for r in range(2)]
+    out = np.zeros(3)
+    h = ts[1].irecv(out, 0, 5)
+    s = ts[0].isend(np.ones(3), 1, 5)
+    assert ts[1].test(h) and ts[0].test(s) and out.tolist() == [1, 1, 1]
+    assert ts[0].backend.counts["d2h"] == 0
+    assert make_device_transport(ts[0]) is ts[0]  # already a device transport
+
+
+def test_mode_selection():
+    with pytest.raises(ValueError, match="unknown device transport mode"):
+        choose_mode(Fabric(1).transport(0), "nvlink")
+    with pytest.raises(ValueError, match="needs an MPI transport"):
+        choose_mode(Fabric(1).transport(0), "auto")
+    from mpi4py import MPI
+
+    from collectives.transport.mpi import MpiTransport
+    t = MpiTransport(MPI.COMM_SELF)
+    try:
+        aware, why = cuda_aware_mpi()
+        assert isinstance(aware, bool) and why
+        assert choose_mode(t, "auto") == "ipc"  # one rank is one node
+        assert choose_mode(t, "staged") == "staged"
+    finally:
+        t.close()
+
+
+def test_this_mpi_is_not_cuda_aware():
+    """The PyPI Open MPI is built --without-cuda: detection must say no, with a reason."""
+    aware, why = cuda_aware_mpi()
+    assert not aware and ("= 0" in why or "no CUDA support query" in why)
+
+
+# -------------------------------------------------- cupy present, no GPU
+@pytest.fixture
+def cupy_without_gpu(monkeypatch):
+    """A stand-in cupy whose runtime reports no device, as on a CPU-only box."""
+    class CUDARuntimeError(RuntimeError):
+        pass
+
+    def no_device():
+        raise CUDARuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=no_device))
+    cupy.ndarray = type("ndarray", (), {})
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cupy.cuda)
+    import collectives.kernels.cuda_kernels as ck
+    ck._kernels_for_device.cache_clear()
+    yield cupy
+    ck._kernels_for_device.cache_clear()
+
+
+def test_cpu_path_unaffected_when_cupy_has_no_gpu(cupy_without_gpu):
+    import collectives.nccl_algo  # noqa: F401
+    import collectives.transport.device  # noqa: F401
+    from collectives.kernels import kernels_for
+    from collectives.kernels.cuda_kernels import cuda_kernels
+    from collectives.simulate import simulate
+
+    assert kernels_for(np.zeros(3)).name == "numpy"
+    with pytest.raises(RuntimeError, match="no CUDA device is usable"):
+        cuda_kernels()
+    from collectives.nccl_algo import NcclAlgorithm
+    with pytest.raises((RuntimeError, ValueError)):
+        NcclAlgorithm(types.SimpleNamespace(comm=None))
+    out = simulate(3, lambda c: c.all_reduce(np.arange(10.0) * (c.rank + 1)))
+    assert all(np.array_equal(o, np.arange(10.0) * 6) for o in out)
+
+
+def test_without_cupy_errors_are_clear(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    from collectives.kernels.cuda_kernels import cuda_kernels
+    from collectives.nccl_algo import _import_nccl
+    from collectives.transport.device import CupyBackend
+    with pytest.raises(RuntimeError, match="ringzero\\[gpu\\]"):
+        cuda_kernels()
+    with pytest.raises(RuntimeError, match="ringzero\\[gpu\\]"):
+        _import_nccl()
+    with pytest.raises(RuntimeError, match="ringzero\\[gpu\\]"):
+        CupyBackend()

@@ -1,0 +1,155 @@
+"""explain runs the real ring on simulated ranks; its byte totals and steps must match the formulas."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collectives import explain
+from collectives.schedule import all_gather_step, reduce_scatter_step, split_counts
+from collectives.svg import render_svg
+
+ROOT = Path(__file__).resolve().parent.parent
+
+OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast"]
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def formula_bytes(op: str, n: int, counts: list[int], itemsize: int, root: int) -> list[tuple[int, int]]:
+    """(sent, received) per rank, summed over the schedule's steps (independent of explain.py)."""
+    seg = [c * itemsize for c in counts]
+    b = sum(seg)
+    if n == 1:
+        return [(0, 0)]
+    out = []
+    for r in range(n):
+        rs_s = sum(seg[reduce_scatter_step(r, n, t)[0]] for t in range(n - 1))
+        rs_r = sum(seg[reduce_scatter_step(r, n, t)[1]] for t in range(n - 1))
+        ag_s = sum(seg[all_gather_step(r, n, t)[0]] for t in range(n - 1))
+        ag_r = sum(seg[all_gather_step(r, n, t)[1]] for t in range(n - 1))
+        if op == "reduce_scatter":
+            out.append((rs_s, rs_r))
+        elif op == "all_gather":
+            out.append((ag_s, ag_r))
+        elif op == "all_reduce":
+            out.append((rs_s + ag_s, rs_r + ag_r))
+        else:
+            out.append((0 if r == (root - 1) % n else b, 0 if r == root else b))
+    return out
+
+
+@pytest.mark.parametrize("world", range(1, 9))
+@pytest.mark.parametrize("count", [0, 1, 7, 16, 37])
+@pytest.mark.parametrize("op", OPS)
+def test_bytes_and_steps_match_formulas(op, count, world):
+    root = count % world
+    run = explain.run(op, world, count, root=root, chunk=3)
+    counts = split_counts(count, world)
+    got = run.tracer.totals()
+    want = formula_bytes(op, world, counts, 4, root)
+    for r in range(world):
+        g = got.get(r, {"sent": 0, "recv": 0})
+        assert (g["sent"], g["recv"]) == want[r], f"rank {r}"
+    b = count * 4
+    if world > 1 and count % world == 0 and op != "broadcast":  # the closed forms, even split
+        per = (2 if op == "all_reduce" else 1) * (world - 1) * b // world
+        assert all(got[r]["sent"] == per and got[r]["recv"] == per for r in range(world))
+    steps = 0 if world == 1 else (2 * (world - 1) if op == "all_reduce" else world - 1)
+    assert explain.measured_steps(run) == steps == len(run.steps)
+    assert all(c.ok for c in explain.checks(run)), [c for c in explain.checks(run) if not c.ok]
+
+
+@pytest.mark.parametrize("counts", [[5, 0, 2], [0, 0, 4, 1, 9], [3, 3, 3, 3, 3, 3, 3, 2]])
+def test_uneven_counts(counts):
+    n = len(counts)
+    for op in ["all_reduce", "reduce_scatter", "all_gather"]:
+        run = explain.run(op, n, 0, counts=counts, chunk=2)
+        got = run.tracer.totals()
+        for r, (s, rc) in enumerate(formula_bytes(op, n, counts, 4, 0)):
+            assert (got.get(r, {}).get("sent", 0), got.get(r, {}).get("recv", 0)) == (s, rc)
+        assert all(c.ok for c in explain.checks(run))
+
+
+def test_steps_show_schedule_and_buffers():
+    run = explain.run("all_reduce", 4, 16, chunk=2)
+    assert [(s.phase, s.phase_step) for s in run.steps] == \
+        [("reduce-scatter", t) for t in range(3)] + [("all-gather", t) for t in range(3)]
+    first = run.steps[0]
+    assert [(e["rank"], e["peer"], e["seg"], e["nbytes"], e["chunks"]) for e in first.sends] == \
+        [(r, (r + 1) % 4, (r - 1) % 4, 16, 2) for r in range(4)]
+    # after the reduce-scatter, rank r holds the full sum (1111) in its own segment r
+    after_rs = run.steps[2].views
+    for r in range(4):
+        s = r
+        assert (after_rs[r][4 * s:4 * s + 4] == 1111).all()
+        assert explain.contributors(after_rs[r][4 * s], 4) == [0, 1, 2, 3]
+    assert all((v == 1111).all() for v in run.steps[-1].views)
+    text = explain.render(run)
+    assert "step 6/6: all-gather step 2" in text
+    assert "rank 0 -> rank 1: seg 3 [12:16), 16 B in 2 chunks" in text
+    assert "rank 1 reduces seg 3 [12:16) from rank 0 into its own (now the sum of ranks 0,1)" in text
+    assert "    rank 1: [10 x4 | 10 x4 | 10 x4 | 11 x4]" in text  # after step 1
+    assert "FAIL" not in text and text.count("[ok]") == 4 + 3
+
+
+def test_checks_catch_a_wrong_total():
+    run = explain.run("reduce_scatter", 3, 9)
+    run.tracer.events.append({"action": "send", "rank": 0, "label": "reduce_scatter #0", "phase":
+                              "reduce-scatter", "step": 0, "peer": 1, "seg": 2, "nbytes": 4, "t0": 0, "t": 0})
+    bad = [c.name for c in explain.checks(run) if not c.ok]
+    assert "rank 0 bytes" in bad and "links" in bad
+
+
+def test_cli_all_reduce():
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--ranks", "4", "--count", "16"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "step 1/6: reduce-scatter step 0" in p.stdout
+    assert "rank 0: sent     96 B (formula 2B - s0 - s1 = 96)" in p.stdout
+    assert "every rank sends 2(N-1)/N x B = 96 B" in p.stdout
+    assert "FAIL" not in p.stdout
+
+
+def test_svg_is_wellformed_and_shows_the_steps(tmp_path):
+    run = explain.run("all_reduce", 4, 16)
+    path = tmp_path / "ring.svg"
+    from collectives.svg import draw
+    draw(run, path)
+    root = ET.parse(path).getroot()
+    assert root.tag == SVG + "svg" and float(root.get("width")) > 0
+    panels = [g for g in root.iter(SVG + "g") if g.get("class") == "panel"]
+    assert len(panels) == 1 + 6
+    sends = [e for e in root.iter(SVG + "line") if e.get("class") == "send"]
+    assert len(sends) == 6 * 4
+    assert {(int(e.get("data-src")), int(e.get("data-dst"))) for e in sends} == {(r, (r + 1) % 4) for r in range(4)}
+    last = panels[-1]
+    cells = [c for c in last.iter(SVG + "rect") if c.get("class") == "cell"]
+    assert len(cells) == 16 and all(c.get("data-ranks") == "0,1,2,3" for c in cells)
+    first_cells = [c for c in panels[0].iter(SVG + "rect") if c.get("class") == "cell"]
+    assert [c.get("data-ranks") for c in first_cells] == [str(r) for r in range(4) for _ in range(4)]
+
+
+def test_svg_other_ops_render():
+    for op, kw in [("all_gather", {}), ("broadcast", {"root": 2}), ("reduce_scatter", {"counts": [2, 0, 5]})]:
+        run = explain.run(op, 3, 7, **kw)
+        root = ET.fromstring(render_svg(run))
+        assert len([g for g in root.iter(SVG + "g") if g.get("class") == "panel"]) == 1 + len(run.steps)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        explain.run("all_to_all", 2, 4)
+    with pytest.raises(ValueError):
+        explain.run("broadcast", 2, 4, root=2)
+    with pytest.raises(ValueError):
+        explain.run("reduce_scatter", 3, 0, counts=[1, 2])
+
+
+def test_reference_is_numpy():
+    run = explain.run("reduce_scatter", 3, 7)
+    assert [o.tolist() for o in run.outputs] == [[111.0] * 3, [111.0] * 2, [111.0] * 2]
+    assert np.array_equal(explain.reference(run)[0], run.outputs[0])
