@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     p.add_argument("-f", "--stepfactor", type=float, default=4, help="multiply the size by this")
     p.add_argument("-w", "--warmup_iters", type=int, default=3)
     p.add_argument("-n", "--iters", type=int, default=20)
+    p.add_argument("-r", "--rounds", type=int, default=5,
+                   help="time the iterations this many times, algorithms taking turns; report the median")
     p.add_argument("--op", default="all_reduce,reduce_scatter,all_gather", help=f"comma list of {OPS}")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--redop", default="sum")
@@ -145,7 +147,8 @@ def main(argv=None) -> int:
             print(s, flush=True)
 
     say(f"# ringzero collectives benchmark: {n} ranks, dtype {a.dtype}, redop {a.redop}, device {a.device}")
-    say(f"# warmup {a.warmup_iters}, iters {a.iters}; time = max over ranks of the mean per iteration")
+    say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters, algorithms taking turns each round;"
+        f" time = median over rounds of (max over ranks of the mean per iteration)")
     say(f"# busbw = algbw x {{all_reduce: 2(n-1)/n = {busbw_factor('all_reduce', n):.3f}, "
         f"reduce_scatter/all_gather: (n-1)/n = {busbw_factor('all_gather', n):.3f}}}")
     hdr = (f"{'op':>14} {'size(B)':>11} {'count':>10} {'type':>8} {'redop':>5} {'algorithm':>9} "
@@ -154,25 +157,31 @@ def main(argv=None) -> int:
         say()
         say(hdr)
         for size in sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor):
-            row = {}
+            row, cases, times = {}, {}, {alg: [] for alg in algos}
             for alg in algos:
-                case = Case(comms[alg], op, a.redop, dtype, size, xp)
+                case = cases[alg] = Case(comms[alg], op, a.redop, dtype, size, xp)
                 case.run()
                 wrong = world.allreduce(case.wrong(), op=MPI.SUM)
                 for _ in range(a.warmup_iters):
                     case.run()
-                comms[alg].barrier()
-                world.Barrier()
-                t0 = time.perf_counter()
-                for _ in range(a.iters):
-                    case.run()
-                if a.device == "cuda":
-                    xp.cuda.runtime.deviceSynchronize()
-                dt = world.allreduce((time.perf_counter() - t0) / max(a.iters, 1), op=MPI.MAX)
+                row[alg] = {"wrong": wrong}
+            for _ in range(max(a.rounds, 1)):  # algorithms take turns, so drift touches all alike
+                for alg in algos:
+                    case = cases[alg]
+                    comms[alg].barrier()
+                    world.Barrier()
+                    t0 = time.perf_counter()
+                    for _ in range(a.iters):
+                        case.run()
+                    if a.device == "cuda":
+                        xp.cuda.runtime.deviceSynchronize()
+                    times[alg].append(world.allreduce((time.perf_counter() - t0) / max(a.iters, 1), op=MPI.MAX))
+            for alg in algos:
+                case, dt = cases[alg], float(np.median(times[alg]))
                 algbw = case.nbytes / dt / 1e9
                 rec = dict(op=op, algorithm=alg, dtype=a.dtype, redop=a.redop, bytes=case.nbytes,
                            count=case.count, ranks=n, time_us=dt * 1e6, algbw=algbw,
-                           busbw=algbw * busbw_factor(op, n), wrong=wrong, device=a.device)
+                           busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device)
                 row[alg] = rec
                 records.append(rec)
             for alg, rec in row.items():

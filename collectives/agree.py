@@ -75,65 +75,78 @@ def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | N
       capacity: the largest payload in bytes any rank may send (small_bytes).
     """
     n, r, tr = ctx.size, ctx.rank, ctx.transport
-    k = NUMPY_KERNELS  # headers (and small payloads) live in host memory
     if n == 1:
         return
-    # Layout of a message: int64 [header, -header] (so one elementwise min
-    # keeps both the min and the negated max), then the payload's bytes.
+    k = NUMPY_KERNELS  # headers (and small payloads) live in host memory
     pbytes = payload.nbytes if payload is not None else 0
-    send = ctx.scratch("agree-send", HEADER_BYTES + pbytes, np.uint8, host=True)
-    recv = ctx.scratch("agree-recv", HEADER_BYTES + max(capacity, pbytes), np.uint8, host=True)
-    cur = send[:HEADER_BYTES].view(np.int64)
-    got = recv[:HEADER_BYTES].view(np.int64)
+    key = ("agree", pbytes, payload.dtype.str if payload is not None else "", capacity)
+    bufs = ctx.cache.get(key)
+    if bufs is None:
+        bufs = ctx.cache[key] = _Buffers(ctx, pbytes, payload.dtype if payload is not None else None, capacity)
+    send, recv, cur, got, mine, theirs = bufs.views
     cur[:NF] = header
     np.negative(cur[:NF], out=cur[NF:])
     if payload is not None:
-        mine = send[HEADER_BYTES:].view(payload.dtype)
-        theirs = recv[HEADER_BYTES:HEADER_BYTES + pbytes].view(payload.dtype)
         k.copy(mine, payload)
+    tracing = payload is not None and ctx.tracer is not None
+    same = True  # every header heard so far equals ours
 
     def exchange(peer, step, do_send=True, do_recv=True):
-        hs = []
-        if do_recv:
-            hs.append(tr.irecv(recv, peer, TAG_AGREE))
+        nonlocal same
+        hs = [tr.irecv(recv, peer, TAG_AGREE)] if do_recv else []
         if do_send:
             hs.append(tr.isend(send, peer, TAG_AGREE))
-        ctx.wait(hs, peer=peer, step=step, chunk=0,
-                 what="header receive" if do_recv else "header send")
-        if payload is not None:  # the small all-reduce's data, traced like the ring's
+        ctx.wait(hs, peer=peer, step=step, chunk=0, what="header receive" if do_recv else "header send")
+        if tracing:  # the small all-reduce's data, traced like the ring's
             if do_send:
                 ctx.record("send", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
             if do_recv:
                 ctx.record("recv", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
         if do_recv:
-            np.minimum(cur, got, out=cur)
-            if payload is not None:  # garbage if the headers differ; then never used
-                with np.errstate(all="ignore"):
+            if same and got.tobytes() == cur.tobytes():
+                if payload is not None:
                     k.reduce_(op, mine, theirs)
+            else:  # keep going, so every rank finishes the pattern and hears the verdict
+                same = False
+                np.minimum(cur, got, out=cur)
 
-    p, partners = _plan(r, n)
+    p, rounds = _plan(r, n)
     if r >= p:  # folded: hand our header in, get the verdict back
         exchange(r - p, "agreement fold", do_recv=False)
         exchange(r - p, "agreement unfold", do_send=False)
-        cur[:] = got  # the verdict, as our own
         if payload is not None:
             k.copy(mine, theirs)
     else:
         if r + p < n:
             exchange(r + p, "agreement fold", do_send=False)
-        for i, peer in enumerate(partners):
-            exchange(peer, f"agreement round {i}")
+        for peer, step in rounds:
+            exchange(peer, step)
         if r + p < n:
             exchange(r + p, "agreement unfold", do_recv=False)
-    if (cur[:NF] + cur[NF:]).any():  # some field's min != max
+    if not same:  # the min and max of some field differ: every rank knows it now
         _report(ctx, np.asarray(header, np.int64))
     if payload is not None:
         k.copy(payload, mine)
 
 
+class _Buffers:
+    """A message: int64 [header, -header] (one elementwise min keeps both the
+    min and the negated max), then the payload's bytes. Built once per shape."""
+
+    def __init__(self, ctx, pbytes, dtype, capacity):
+        room = HEADER_BYTES + max(capacity, pbytes)
+        send = ctx.scratch("agree-send", room, np.uint8, host=True)[:HEADER_BYTES + pbytes]
+        recv = ctx.scratch("agree-recv", room, np.uint8, host=True)
+        mine = send[HEADER_BYTES:].view(dtype) if dtype is not None else None
+        theirs = recv[HEADER_BYTES:HEADER_BYTES + pbytes].view(dtype) if dtype is not None else None
+        self.views = (send, recv, send[:HEADER_BYTES].view(np.int64), recv[:HEADER_BYTES].view(np.int64),
+                      mine, theirs)
+
+
 @functools.lru_cache(maxsize=256)
 def _plan(rank: int, world: int):
-    return halving_peers(rank, world)
+    p, partners = halving_peers(rank, world)
+    return p, [(q, f"agreement round {i}") for i, q in enumerate(partners)]
 
 
 def _report(ctx, header: np.ndarray) -> None:

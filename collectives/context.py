@@ -28,9 +28,11 @@ class Context:
       chunk: chunk size in elements.
       scratch: a callable (name, n, dtype) -> reusable array.
       tracer: optional recorder with ``event(**fields)``.
+      cache: a dict that outlives the collective (the communicator's), for
+        buffers and views prepared once per shape.
     """
 
-    def __init__(self, transport, kernels, label, timeout, chunk, scratch, tracer=None):
+    def __init__(self, transport, kernels, label, timeout, chunk, scratch, tracer=None, cache=None):
         self.transport, self.kernels, self.label = transport, kernels, label
         self.rank, self.size = transport.rank, transport.size
         self.timeout = timeout
@@ -38,6 +40,7 @@ class Context:
         self.chunk = chunk
         self.scratch = scratch
         self.tracer = tracer
+        self.cache = cache if cache is not None else {}  # per-communicator, for prepared views
 
     def wait(self, handles, *, peer: int, step, chunk, what: str) -> None:
         """Block until every handle completes, or raise at the deadline."""

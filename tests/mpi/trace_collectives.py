@@ -14,7 +14,7 @@ from collectives.trace import tracer_from_env
 count = int(sys.argv[1])
 tracer = tracer_from_env()
 assert tracer is not None, "COLLECTIVES_TRACE is not set"
-with Communicator(tracer=tracer, chunk_bytes=4096) as comm:
+with Communicator(tracer=tracer, chunk_bytes=4096, small_bytes=0) as comm:  # the ring, not recursive doubling
     n, r = comm.size, comm.rank
     x = np.full(count, 10.0 ** r, np.float32)
     y = comm.all_reduce(x)
