@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     # Our ring keeps its safety header on; MPI's own collectives run bare, as users know them.
     comms = {alg: Communicator(algorithm=alg, verify=(alg == "ring"), **kw) for alg in algos}
     n, rank = world.size, world.rank
-    lines, records = [], []
+    records = []
 
     def say(s=""):
         if rank == 0:

@@ -70,7 +70,6 @@ def main() -> int:
         launch.bytes_moved("cast", n, 2, src_itemsize=4))
     row("cast_bf16_f32", timed(cp, lambda: k.cast(out, low), args.iters),
         launch.bytes_moved("cast", n, 4, src_itemsize=2))
-    del low
     p, g, m, v = a, b, out, cp.ones(n, cp.float32)
     hp = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=1)
     row("adamw_f32", timed(cp, lambda: k.adamw_step(p, g, m, v, **hp), args.iters),

@@ -26,18 +26,20 @@ class Context:
       label: names the collective in errors, e.g. "all_reduce #12".
       timeout: seconds until the deadline.
       chunk: chunk size in elements.
+      window: chunks of a reduce-scatter step with a receive posted at once.
       scratch: a callable (name, n, dtype) -> reusable array.
       tracer: optional recorder with ``event(**fields)``.
       cache: a dict that outlives the collective (the communicator's), for
         buffers and views prepared once per shape.
     """
 
-    def __init__(self, transport, kernels, label, timeout, chunk, scratch, tracer=None, cache=None):
+    def __init__(self, transport, kernels, label, timeout, chunk, scratch, tracer=None, cache=None, window=2):
         self.transport, self.kernels, self.label = transport, kernels, label
         self.rank, self.size = transport.rank, transport.size
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
         self.chunk = chunk
+        self.window = max(1, int(window))
         self.scratch = scratch
         self.tracer = tracer
         self.cache = cache if cache is not None else {}  # per-communicator, for prepared views

@@ -338,7 +338,6 @@ def _who(run: Run, view: np.ndarray, lo: int, hi: int) -> str:
 def render(run: Run, show_buffers: bool | None = None) -> str:
     """The step-by-step text explanation, ending with the checks."""
     n, it, counts = run.world, run.itemsize, run.counts
-    offs = offsets(counts)
     if show_buffers is None:
         show_buffers = sum(counts) <= 64
     lines = [f"{run.op} of {sum(counts)} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks (ring.py)",

@@ -4,11 +4,14 @@ The executor only moves bytes and calls kernels; *which* segment goes where
 at each step comes from :mod:`collectives.schedule` (read its docstring for
 the picture of segments and chunks).
 
-Pipelining. Within a reduce-scatter step every chunk's receive is posted at
-once; chunk k is reduced as soon as it lands, while chunk k + 1 is still on
-the wire, and the reduced chunk is sent on to the right neighbour at once
-(it is the next step's input). So the link never idles for a whole segment
-and the reduce reads data that has just arrived, still in cache. The
+Pipelining. Within a reduce-scatter step, ``window`` chunks (2 by default)
+have a receive posted, each into its own chunk-sized slot; chunk k is
+reduced as soon as it lands, its slot takes the receive of chunk k + window,
+and the reduced chunk is sent on to the right neighbour at once (it is the
+next step's input). So the link never idles for a whole segment, and the
+reduce reads data that has just arrived into a slot still in cache (posting
+every chunk at once let MPI copy a whole segment in one progress call,
+past the cache, before the first reduce). The
 all-gather posts every receive of every step up front, each into its final
 place in the output, and forwards each chunk the moment it arrives.
 
@@ -42,45 +45,55 @@ def _seg(offs: list[int], s: int) -> slice:
 def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest) -> None:
     """Ring reduce-scatter steps 0 .. N-2; ``dest(step, seg)`` is where a partial lands."""
     n, r, tr, k = ctx.size, ctx.rank, ctx.transport, ctx.kernels
+    tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
     offs = offsets(counts)
-    recvbuf = ctx.scratch("recv", max(counts), x.dtype)
+    w = ctx.window  # chunks in flight; their receive slots stay in cache
+    slots = ctx.scratch("recv", w * ctx.chunk, x.dtype)
 
     send_seg, _ = reduce_scatter_step(r, n, 0)
     src = x[_seg(offs, send_seg)]
     sends = [tr.isend(src[c.slice()], right, TAG_DATA)
              for c in chunks(Range(0, counts[send_seg]), ctx.chunk)]
-    ctx.record("send", phase="reduce-scatter", step=0, peer=right, seg=send_seg, offset=offs[send_seg],
-               count=src.size, chunks=len(sends), nbytes=src.nbytes)
+    if tracing:
+        ctx.record("send", phase="reduce-scatter", step=0, peer=right, seg=send_seg, offset=offs[send_seg],
+                   count=src.size, chunks=len(sends), nbytes=src.nbytes)
     for t in range(n - 1):
         send_seg, recv_seg = reduce_scatter_step(r, n, t)
         rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
-        rreqs = [tr.irecv(recvbuf[c.slice()], left, TAG_DATA) for c in rchunks]
+        slot = [slots[(i % w) * ctx.chunk:(i % w) * ctx.chunk + c.size] for i, c in enumerate(rchunks)]
+        rreqs = [tr.irecv(slot[i], left, TAG_DATA) for i in range(min(w, len(rchunks)))]
         mine = x[_seg(offs, recv_seg)]
         dst = dest(t, recv_seg)
         forward = t + 1 < n - 1  # what we reduce now is sent at the next step
         next_sends = []
         for i, c in enumerate(rchunks):
             ctx.wait([rreqs[i]], peer=left, step=t, chunk=i, what="receive")
-            ctx.record("recv", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
-                       offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize)
+            if tracing:
+                ctx.record("recv", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
+                           offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize)
             s = c.slice()
-            k.reduce(op, mine[s], recvbuf[s], dst[s])
-            ctx.record("reduce", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
-                       offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize,
-                       data=dst[s])
+            k.reduce(op, mine[s], slot[i], dst[s])
+            if i + w < len(rchunks):  # the slot is free again: post the receive w chunks ahead
+                rreqs.append(tr.irecv(slot[i + w], left, TAG_DATA))
+            if tracing:
+                ctx.record("reduce", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
+                           offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize,
+                           data=dst[s])
             if forward:
                 next_sends.append(tr.isend(dst[s], right, TAG_DATA))
         ctx.wait(sends, peer=right, step=t, chunk="all", what="send")
         if forward:
-            ctx.record("send", phase="reduce-scatter", step=t + 1, peer=right, seg=recv_seg,
-                       offset=offs[recv_seg], count=mine.size, chunks=len(next_sends), nbytes=mine.nbytes)
+            if tracing:
+                ctx.record("send", phase="reduce-scatter", step=t + 1, peer=right, seg=recv_seg,
+                           offset=offs[recv_seg], count=mine.size, chunks=len(next_sends), nbytes=mine.nbytes)
         sends = next_sends
 
 
 def _gather_phase(ctx, buf: np.ndarray, counts: list[int]) -> None:
     """Ring all-gather steps in place: ``buf`` holds this rank's segment already."""
     n, r, tr = ctx.size, ctx.rank, ctx.transport
+    tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
     offs = offsets(counts)
     steps = []  # per step: (segment, its chunks, their receive handles)
@@ -91,20 +104,23 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int]) -> None:
         steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, TAG_DATA) for c in rchunks]))
     own = buf[_seg(offs, r)]
     sends = [tr.isend(own[c.slice()], right, TAG_DATA) for c in chunks(Range(0, counts[r]), ctx.chunk)]
-    ctx.record("send", phase="all-gather", step=0, peer=right, seg=r, offset=offs[r],
-               count=own.size, chunks=len(sends), nbytes=own.nbytes)
+    if tracing:
+        ctx.record("send", phase="all-gather", step=0, peer=right, seg=r, offset=offs[r],
+                   count=own.size, chunks=len(sends), nbytes=own.nbytes)
     for t, (seg, view, rchunks, rreqs) in enumerate(steps):
         forward = t + 1 < n - 1
         for i, c in enumerate(rchunks):
             ctx.wait([rreqs[i]], peer=left, step=t, chunk=i, what="receive")
-            ctx.record("recv", phase="all-gather", step=t, peer=left, seg=seg, chunk=i,
-                       offset=offs[seg] + c.start, count=c.size, nbytes=c.size * buf.itemsize,
-                       data=view[c.slice()])
+            if tracing:
+                ctx.record("recv", phase="all-gather", step=t, peer=left, seg=seg, chunk=i,
+                           offset=offs[seg] + c.start, count=c.size, nbytes=c.size * buf.itemsize,
+                           data=view[c.slice()])
             if forward:
                 sends.append(tr.isend(view[c.slice()], right, TAG_DATA))
         if forward:
-            ctx.record("send", phase="all-gather", step=t + 1, peer=right, seg=seg, offset=offs[seg],
-                       count=view.size, chunks=len(rchunks), nbytes=view.nbytes)
+            if tracing:
+                ctx.record("send", phase="all-gather", step=t + 1, peer=right, seg=seg, offset=offs[seg],
+                           count=view.size, chunks=len(rchunks), nbytes=view.nbytes)
     ctx.wait(sends, peer=right, step=n - 2, chunk="all", what="send")
 
 
@@ -117,7 +133,7 @@ def reduce_scatter(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: s
       counts: elements per segment, one per rank.
       op: sum, prod, max or min.
     """
-    n, r = ctx.size, ctx.rank
+    n = ctx.size
     offs = offsets(counts)
     if n == 1:
         ctx.kernels.copy(out, x[_seg(offs, 0)])
@@ -160,6 +176,7 @@ def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) 
 def broadcast(ctx, buf: np.ndarray, root: int) -> None:
     """Pipelined chain from ``root`` around the ring; ``buf`` is in and out."""
     n, r, tr = ctx.size, ctx.rank, ctx.transport
+    tracing = ctx.tracer is not None
     if n == 1:
         return
     right, left = (r + 1) % n, (r - 1) % n
@@ -167,19 +184,22 @@ def broadcast(ctx, buf: np.ndarray, root: int) -> None:
     cs = chunks(Range(0, buf.size), ctx.chunk)
     if hop == 0:
         sends = [tr.isend(buf[c.slice()], right, TAG_DATA) for c in cs]
-        ctx.record("send", phase="broadcast", step=0, peer=right, seg=root, offset=0,
-                   count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
+        if tracing:
+            ctx.record("send", phase="broadcast", step=0, peer=right, seg=root, offset=0,
+                       count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
         ctx.wait(sends, peer=right, step=0, chunk="all", what="send")
         return
     rreqs = [tr.irecv(buf[c.slice()], left, TAG_DATA) for c in cs]
     sends = []
     for i, c in enumerate(cs):
         ctx.wait([rreqs[i]], peer=left, step=hop - 1, chunk=i, what="receive")
-        ctx.record("recv", phase="broadcast", step=hop - 1, peer=left, seg=root, chunk=i, offset=c.start,
-                   count=c.size, nbytes=c.size * buf.itemsize, data=buf[c.slice()])
+        if tracing:
+            ctx.record("recv", phase="broadcast", step=hop - 1, peer=left, seg=root, chunk=i, offset=c.start,
+                       count=c.size, nbytes=c.size * buf.itemsize, data=buf[c.slice()])
         if hop < n - 1:
             sends.append(tr.isend(buf[c.slice()], right, TAG_DATA))
     if hop < n - 1:
-        ctx.record("send", phase="broadcast", step=hop, peer=right, seg=root, offset=0,
-                   count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
+        if tracing:
+            ctx.record("send", phase="broadcast", step=hop, peer=right, seg=root, offset=0,
+                       count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
         ctx.wait(sends, peer=right, step=hop, chunk="all", what="send")

@@ -91,7 +91,7 @@ def _arrow(e: dict, world: int, cx: float, cy: float, label: str) -> list[str]:
 
 def _panel(run, title: str, view_list, sends, x0: float, y0: float, counts) -> list[str]:
     cx, cy = x0 + PANEL_W / 2, y0 + PANEL_H / 2 + 10
-    out = [f'<g class="panel">',
+    out = ['<g class="panel">',
            f'<rect x="{x0 + 4}" y="{y0 + 4}" width="{PANEL_W - 8}" height="{PANEL_H - 8}" rx="8" '
            f'fill="#fbfbfb" stroke="#bbb"/>',
            f'<text x="{x0 + 14}" y="{y0 + 24}" font-size="13" font-weight="bold">{escape(title)}</text>']
