@@ -90,8 +90,9 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest) -> None:
         sends = next_sends
 
 
-def _gather_phase(ctx, buf: np.ndarray, counts: list[int]) -> None:
-    """Ring all-gather steps in place: ``buf`` holds this rank's segment already."""
+def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None) -> None:
+    """Ring all-gather steps in place: ``buf`` holds this rank's segment already,
+    or it is in ``own`` (then copied into ``buf`` while the first step is on the wire)."""
     n, r, tr = ctx.size, ctx.rank, ctx.transport
     tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
@@ -102,11 +103,14 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int]) -> None:
         view = buf[_seg(offs, recv_seg)]
         rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
         steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, TAG_DATA) for c in rchunks]))
-    own = buf[_seg(offs, r)]
-    sends = [tr.isend(own[c.slice()], right, TAG_DATA) for c in chunks(Range(0, counts[r]), ctx.chunk)]
+    mine = buf[_seg(offs, r)]
+    src = mine if own is None else own
+    sends = [tr.isend(src[c.slice()], right, TAG_DATA) for c in chunks(Range(0, counts[r]), ctx.chunk)]
+    if own is not None:
+        ctx.kernels.copy(mine, own)
     if tracing:
         ctx.record("send", phase="all-gather", step=0, peer=right, seg=r, offset=offs[r],
-                   count=own.size, chunks=len(sends), nbytes=own.nbytes)
+                   count=src.size, chunks=len(sends), nbytes=src.nbytes)
     for t, (seg, view, rchunks, rreqs) in enumerate(steps):
         forward = t + 1 < n - 1
         for i, c in enumerate(rchunks):
@@ -151,10 +155,13 @@ def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
     """out <- every rank's ``x`` in rank order (x has counts[rank] elements)."""
     offs = offsets(counts)
     own = out[_seg(offs, ctx.rank)]
-    if own.size and not _same_memory(own, x):
-        ctx.kernels.copy(own, x)
-    if ctx.size > 1:
-        _gather_phase(ctx, out, counts)
+    separate = own.size and not _same_memory(own, x)
+    if ctx.size == 1:
+        if separate:
+            ctx.kernels.copy(own, x)
+        return
+    # send straight from x (as MPI does) and copy it into out while it is on the wire
+    _gather_phase(ctx, out, counts, own=x if separate else None)
 
 
 def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) -> None:
