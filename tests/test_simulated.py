@@ -12,19 +12,11 @@ import pytest
 from collectives import CollectiveTimeout, Communicator, MismatchError, simulate
 from collectives.dtypes import DTYPES, to_dtype
 from collectives.transport import Fabric
+from inputs import data
 
 WORLDS = range(1, 9)
 COUNTS = [0, 1, 2, 5, 13, 64, 101, 1031]
 TINY = dict(chunk_bytes=16, small_bytes=0)  # every path through the ring, many chunks
-
-
-def data(count, r, dtype, op="sum"):
-    i = np.arange(count, dtype=np.int64)
-    if op == "prod":
-        v = np.where((i + r) % 5 == 0, 2, np.where((i + r) % 7 == 0, -1, 1))
-    else:
-        v = ((i * 7 + r * 13 + 3) % 17) - 8
-    return v.astype(dtype)
 
 
 def reference(world, count, dtype, op):

@@ -7,6 +7,7 @@ so float sums are exact in any order. Prints one JSON line per rank:
 {"rank", "cases", "failures": [...]}.
 """
 import json
+import os
 import sys
 
 import numpy as np
@@ -15,6 +16,9 @@ from mpi4py import MPI
 from collectives import Communicator
 from collectives.dtypes import DTYPES, to_dtype
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from inputs import data  # noqa: E402  (tests/inputs.py)
+
 world = MPI.COMM_WORLD
 n, rank = world.size, world.rank
 quick = "--quick" in sys.argv
@@ -22,16 +26,6 @@ quick = "--quick" in sys.argv
 COUNTS = [0, 1, 2, 3, 5, 7, 13, 31, 64, 97, 1000, 4099] if not quick else [0, 1, 7, 100]
 BIG = [65536 + 3, 300007]  # several chunks, segments not divisible by n
 OPS = ["sum", "avg", "max", "min", "prod"]
-
-
-def data(count, r, dtype, op):
-    """Small integers; for prod, values in {1, 2, -1} so products stay exact."""
-    i = np.arange(count, dtype=np.int64)
-    if op == "prod":
-        v = np.where((i + r) % 5 == 0, 2, np.where((i + r) % 7 == 0, -1, 1))
-    else:
-        v = ((i * 7 + r * 13 + 3) % 17) - 8
-    return v.astype(dtype)
 
 
 def expected(count, dtype, op):
