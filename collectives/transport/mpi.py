@@ -23,10 +23,13 @@ class MpiTransport:
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         # More ranks on this node than cores: waits must yield instead of spin.
+        # The cores are the union of the local ranks' affinities: mpirun binds
+        # each rank to one core, so one rank's own affinity says nothing.
         local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_size = local.Get_size()
+        cores = set().union(*local.allgather(sorted(os.sched_getaffinity(0))))
         local.Free()
-        self.oversubscribed = self.local_size > len(os.sched_getaffinity(0))
+        self.oversubscribed = self.local_size > len(cores)
         self.fault = None  # test-only hook: fault(kind, peer, tag) -> True drops the message
 
     def isend(self, buf: np.ndarray, peer: int, tag: int):
