@@ -14,7 +14,7 @@ from .errors import CollectiveTimeout
 
 _SPIN_S = 20e-3  # busy-poll this long first: with a core per rank, spinning is fastest
 _YIELD_S = 2e-3  # then yield the core between polls for this long
-_MAX_SLEEP_S = 1e-3  # then back off up to this, so a stalled peer costs no CPU
+_MAX_SLEEP_S = 200e-6  # then sleep, backing off to this: a late chunk costs at most this much extra
 
 
 class Context:
