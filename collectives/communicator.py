@@ -55,14 +55,14 @@ class Communicator:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if chunk_bytes < 1 or small_bytes < 0:
             raise ValueError(f"bad chunk_bytes={chunk_bytes} or small_bytes={small_bytes}")
+        if window < 1:
+            raise ValueError(f"window must be >= 1 chunk, got {window}")
         self.algorithm, self.timeout = algorithm, float(timeout)
         self.chunk_bytes, self.small_bytes, self.verify = int(chunk_bytes), int(small_bytes), verify
         if tracer is None:
             from .trace import tracer_from_env
             tracer = tracer_from_env()  # COLLECTIVES_TRACE=path: one Chrome trace per rank at exit
         self.tracer = tracer
-        if window < 1:
-            raise ValueError(f"window must be >= 1 chunk, got {window}")
         self.window = int(window)
         if transport is None:
             from mpi4py import MPI
