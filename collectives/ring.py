@@ -13,7 +13,11 @@ reduce reads data that has just arrived into a slot still in cache (posting
 every chunk at once let MPI copy a whole segment in one progress call,
 past the cache, before the first reduce). The
 all-gather posts every receive of every step up front, each into its final
-place in the output, and forwards each chunk the moment it arrives.
+place in the output, and forwards each chunk the moment it arrives. In an
+all-reduce, each chunk of a rank's own segment starts its all-gather the
+moment the last reduce-scatter step makes it final (on a tag of its own, so
+it cannot be taken for reduce-scatter data): the right neighbour pulls it
+while this rank is still reducing the next chunk.
 
 Buffers. Reduce-scatter keeps partial results in two scratch segments used
 in turn (the one sent at step t + 1 is the one reduced at step t), and the
@@ -29,6 +33,7 @@ import numpy as np
 from .schedule import Range, all_gather_step, chunks, offsets, reduce_scatter_step
 
 TAG_DATA = 21
+TAG_GATHER = 23  # all-reduce's all-gather half: its first chunks leave during the reduce-scatter
 
 
 def _same_memory(a, b) -> bool:
@@ -42,8 +47,9 @@ def _seg(offs: list[int], s: int) -> slice:
     return slice(offs[s], offs[s + 1])
 
 
-def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest) -> None:
-    """Ring reduce-scatter steps 0 .. N-2; ``dest(step, seg)`` is where a partial lands."""
+def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final=None) -> None:
+    """Ring reduce-scatter steps 0 .. N-2; ``dest(step, seg)`` is where a partial lands.
+    ``on_final(view)`` sees each chunk of this rank's own segment as soon as it is final."""
     n, r, tr, k = ctx.size, ctx.rank, ctx.transport, ctx.kernels
     tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
@@ -82,6 +88,8 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest) -> None:
                            data=dst[s])
             if forward:
                 next_sends.append(tr.isend(dst[s], right, TAG_DATA))
+            elif on_final is not None:
+                on_final(dst[s])
         ctx.wait(sends, peer=right, step=t, chunk="all", what="send")
         if forward:
             if tracing:
@@ -90,9 +98,10 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest) -> None:
         sends = next_sends
 
 
-def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None) -> None:
+def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, tag=TAG_DATA) -> None:
     """Ring all-gather steps in place: ``buf`` holds this rank's segment already,
-    or it is in ``own`` (then copied into ``buf`` while the first step is on the wire)."""
+    or it is in ``own`` (then copied into ``buf`` while the first step is on the wire).
+    ``sent``: handles of the first step's sends, when the caller posted them early."""
     n, r, tr = ctx.size, ctx.rank, ctx.transport
     tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
@@ -102,10 +111,13 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None) -> None:
         _, recv_seg = all_gather_step(r, n, t)
         view = buf[_seg(offs, recv_seg)]
         rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
-        steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, TAG_DATA) for c in rchunks]))
+        steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, tag) for c in rchunks]))
     mine = buf[_seg(offs, r)]
     src = mine if own is None else own
-    sends = [tr.isend(src[c.slice()], right, TAG_DATA) for c in chunks(Range(0, counts[r]), ctx.chunk)]
+    if sent is None:
+        sends = [tr.isend(src[c.slice()], right, tag) for c in chunks(Range(0, counts[r]), ctx.chunk)]
+    else:
+        sends = list(sent)
     if own is not None:
         ctx.kernels.copy(mine, own)
     if tracing:
@@ -120,7 +132,7 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None) -> None:
                            offset=offs[seg] + c.start, count=c.size, nbytes=c.size * buf.itemsize,
                            data=view[c.slice()])
             if forward:
-                sends.append(tr.isend(view[c.slice()], right, TAG_DATA))
+                sends.append(tr.isend(view[c.slice()], right, tag))
         if forward:
             if tracing:
                 ctx.record("send", phase="all-gather", step=t + 1, peer=right, seg=seg, offset=offs[seg],
@@ -176,8 +188,14 @@ def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) 
             ctx.kernels.copy(out, x)
         return
     offs = offsets(counts)
-    _reduce_phase(ctx, x, counts, op, lambda t, seg: out[_seg(offs, seg)])
-    _gather_phase(ctx, out, counts)
+    right = (ctx.rank + 1) % n
+    early = []  # our own segment's chunks go out the moment they are final
+
+    def send_final(view):
+        early.append(ctx.transport.isend(view, right, TAG_GATHER))
+
+    _reduce_phase(ctx, x, counts, op, lambda t, seg: out[_seg(offs, seg)], on_final=send_final)
+    _gather_phase(ctx, out, counts, sent=early, tag=TAG_GATHER)
 
 
 def broadcast(ctx, buf: np.ndarray, root: int) -> None:
