@@ -1,12 +1,22 @@
-"""All-reduce for small messages: the payload rides in the header exchange.
+"""Small messages: the data rides in the header exchange of agree.py.
 
 The ring needs 2(N-1) steps; for a few kilobytes the per-message latency
-dominates. So a small all-reduce is the header agreement of agree.py with
-the data attached: recursive doubling over r^1, r^2, r^4, ..., one message
-per round carrying header and payload together. For N not a power of two,
-ranks past the largest power of two p fold into r - p first and get the
-result back at the end. op(a, b) and op(b, a) round identically, so every
-rank ends with the same bits.
+dominates. So a small all-reduce is the header agreement with the data
+attached: recursive doubling over r^1, r^2, r^4, ..., one message per round
+carrying header and payload together. For N not a power of two, ranks past
+the largest power of two p fold into r - p first and get the result back at
+the end. op(a, b) and op(b, a) round identically, so every rank ends with the
+same bits.
+
+Small reduce-scatters and all-gathers take the same road, spending bytes to
+save steps (worth it below ``small_bytes / 4``): a reduce-scatter all-reduces the
+whole buffer and keeps its segment; an all-gather all-reduces a buffer that
+holds each rank's piece in its place and zeros elsewhere, with ``max`` over
+the raw bytes, which returns every byte exactly (no float arithmetic, so
+-0.0 and NaN payloads survive).
+
+Device arrays take a trip through host memory: for a few kilobytes the
+copies cost less than a kernel launch per round.
 """
 from __future__ import annotations
 
@@ -15,17 +25,43 @@ import numpy as np
 from .agree import agree
 
 
-def all_reduce(ctx, header: list[int], x: np.ndarray, out: np.ndarray, op: str, capacity: int) -> None:
-    """out <- op-reduction of every rank's x (x.nbytes <= capacity on every rank).
+def _to_host(ctx, x: np.ndarray) -> np.ndarray:
+    """A host copy of ``x`` that the exchange may overwrite."""
+    return ctx.kernels.xp.asnumpy(x) if ctx.kernels.device else x.copy()
 
-    Device arrays take a trip through host memory: for a few kilobytes the
-    copies cost less than a kernel launch per round.
-    """
+
+def _from_host(ctx, out, host: np.ndarray) -> None:
     if ctx.kernels.device:
-        host = ctx.kernels.xp.asnumpy(x)
-        agree(ctx, header, payload=host, op=op, capacity=capacity)
         out.set(host)
+    else:
+        ctx.kernels.copy(out, host)
+
+
+def all_reduce(ctx, header: list[int], x: np.ndarray, out: np.ndarray, op: str, capacity: int) -> None:
+    """out <- op-reduction of every rank's x (x.nbytes <= capacity on every rank)."""
+    if ctx.kernels.device:
+        host = _to_host(ctx, x)
+        agree(ctx, header, payload=host, op=op, capacity=capacity)
+        _from_host(ctx, out, host)
         return
     if out is not x:
         ctx.kernels.copy(out, x)
     agree(ctx, header, payload=out, op=op, capacity=capacity)
+
+
+def reduce_scatter(ctx, header: list[int], x, out, counts: list[int], op: str, capacity: int) -> None:
+    """out <- segment ``rank`` of the reduction (x.nbytes <= capacity)."""
+    full = _to_host(ctx, x)
+    agree(ctx, header, payload=full, op=op, capacity=capacity)
+    lo = sum(counts[:ctx.rank])
+    _from_host(ctx, out, full[lo:lo + counts[ctx.rank]])
+
+
+def all_gather(ctx, header: list[int], x, out, counts: list[int], capacity: int) -> None:
+    """out <- every rank's piece in rank order (out.nbytes <= capacity)."""
+    item = out.dtype.itemsize
+    lo = sum(counts[:ctx.rank]) * item
+    full = np.zeros(out.nbytes, np.uint8)
+    full[lo:lo + x.nbytes] = _to_host(ctx, x).view(np.uint8)
+    agree(ctx, header, payload=full, op="max", capacity=capacity)
+    _from_host(ctx, out, full.view(out.dtype))

@@ -58,7 +58,8 @@ def test_all_reduce_dtypes_and_ops(dtype, op):
 
 @pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
-def test_reduce_scatter_even_and_uneven(world, dtype):
+@pytest.mark.parametrize("kw", [TINY, {}], ids=["ring", "small-path"])
+def test_reduce_scatter_even_and_uneven(world, dtype, kw):
     dt = to_dtype(dtype)
     for count in COUNTS:
         full = reference(world, count, dt, "sum")
@@ -74,21 +75,32 @@ def test_reduce_scatter_even_and_uneven(world, dtype):
                 y = c.reduce_scatter(x, counts=counts)
                 assert same(x, data(count, c.rank, dt)), "input modified"
                 return y
-            got = simulate(world, fn, **TINY)
+            got = simulate(world, fn, **kw)
             offs = np.concatenate([[0], np.cumsum(cts)])
             for r in range(world):
                 assert same(got[r], full[offs[r]:offs[r + 1]]), (count, cts, r)
 
 
 @pytest.mark.parametrize("world", WORLDS)
-def test_all_gather_even_and_uneven(world):
+@pytest.mark.parametrize("kw", [TINY, {}], ids=["ring", "small-path"])
+def test_all_gather_even_and_uneven(world, kw):
     for base in (0, 1, 7, 100):
         for counts in ([base] * world, [base + (r * 3) % 5 for r in range(world)], [0] * (world - 1) + [base]):
             want = np.concatenate([data(counts[r], r, np.float32) for r in range(world)])
             even = len(set(counts)) == 1
             got = simulate(world, lambda c: c.all_gather(data(counts[c.rank], c.rank, np.float32),
-                                                       counts=None if even else counts), **TINY)
+                                                       counts=None if even else counts), **kw)
             assert all(same(g, want) for g in got), counts
+
+
+@pytest.mark.parametrize("kw", [TINY, {}], ids=["ring", "small-path"])
+def test_all_gather_moves_bits_not_values(kw):
+    """-0.0 and NaN payloads arrive bit for bit (the small path reduces raw bytes with max)."""
+    pieces = [np.array([-0.0, np.nan, 1.5], np.float32), np.array([0.0, -np.inf, -0.0], np.float32),
+              np.frombuffer(np.array([0x7FC00001, 0xFF800000, 0x80000000], np.uint32).tobytes(), np.float32)]
+    got = simulate(3, lambda c: c.all_gather(pieces[c.rank]), **kw)
+    want = np.concatenate(pieces)
+    assert all(g.tobytes() == want.tobytes() for g in got)
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import HALF, dtype_name
+from ..dtypes import HALF, dtype_name, to_dtype
 from . import numpy_optim
 
+_HALF_DTYPES = frozenset(to_dtype(name) for name in HALF)
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
@@ -31,7 +32,7 @@ class NumpyKernels:
     def reduce(self, op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         """out = op(a, b), elementwise. ``out`` may alias ``a`` or ``b``."""
         f = _UFUNCS[op]
-        if dtype_name(a.dtype) in HALF:
+        if a.dtype in _HALF_DTYPES:
             # compute in float32, round once: the same answer as the CUDA kernel
             out[...] = f(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
         else:
