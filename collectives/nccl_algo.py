@@ -109,15 +109,10 @@ class NcclAlgorithm:
                 if counts[0]:
                     self.nccl_comm.reduceScatter(x.data.ptr, out.data.ptr, counts[0], dt, nop, s)
             else:
-                offs = offsets(counts)
-                self.nccl.groupStart()
-                try:
-                    for root, c in enumerate(counts):
-                        if c:
-                            recv = out.data.ptr if root == self.rank else x.data.ptr + offs[root] * item
-                            self.nccl_comm.reduce(x.data.ptr + offs[root] * item, recv, c, dt, nop, root, s)
-                finally:
-                    self.nccl.groupEnd()
+                def reduce_to(root, c, off):  # only the root's receive pointer is used
+                    recv = out.data.ptr if root == self.rank else x.data.ptr + off * item
+                    self.nccl_comm.reduce(x.data.ptr + off * item, recv, c, dt, nop, root, s)
+                self._per_root(counts, reduce_to)
             self._avg(out, op)
 
     def all_gather(self, x, out, counts: list[int]) -> None:
@@ -128,15 +123,22 @@ class NcclAlgorithm:
                 if counts[0]:
                     self.nccl_comm.allGather(x.data.ptr, out.data.ptr, counts[0], dt, s)
                 return
-            offs = offsets(counts)
-            self.nccl.groupStart()
-            try:
-                for root, c in enumerate(counts):
-                    if c:
-                        send = x.data.ptr if root == self.rank else out.data.ptr + offs[root] * item
-                        self.nccl_comm.broadcast(send, out.data.ptr + offs[root] * item, c, dt, root, s)
-            finally:
-                self.nccl.groupEnd()
+            def broadcast_from(root, c, off):
+                send = x.data.ptr if root == self.rank else out.data.ptr + off * item
+                self.nccl_comm.broadcast(send, out.data.ptr + off * item, c, dt, root, s)
+            self._per_root(counts, broadcast_from)
+
+    def _per_root(self, counts: list[int], call) -> None:
+        """Uneven counts: one NCCL call per non-empty segment, ``call(root, count, offset)``,
+        in one NCCL group so they run as a single collective."""
+        offs = offsets(counts)
+        self.nccl.groupStart()
+        try:
+            for root, c in enumerate(counts):
+                if c:
+                    call(root, c, offs[root])
+        finally:
+            self.nccl.groupEnd()
 
     def broadcast(self, buf, root: int) -> None:
         self._check(buf)

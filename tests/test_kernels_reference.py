@@ -12,7 +12,7 @@ from collectives.dtypes import DTYPES, HALF, bfloat16
 from collectives.kernels import reference as R
 from collectives.kernels.numpy_kernels import NUMPY_KERNELS
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (pinned in requirements.txt: a missing torch must fail, not skip)
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
          "float64": torch.float64, "int32": torch.int32, "int64": torch.int64}
