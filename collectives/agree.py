@@ -21,6 +21,7 @@ per collective; a barrier is exactly this exchange.
 from __future__ import annotations
 
 import functools
+import struct
 
 import numpy as np
 
@@ -36,6 +37,7 @@ FIELDS = ("version", "seq", "collective", "op", "dtype", "count", "counts", "roo
           "algorithm", "chunk", "small", "device")
 NF = len(FIELDS)
 HEADER_BYTES = 2 * NF * 8  # min and max of every field
+_WIRE = struct.Struct(f"={2 * NF}q")  # [header, -header]: one elementwise min keeps min and max
 VERSION = 1
 COLLECTIVES = {"all_reduce": 1, "reduce_scatter": 2, "all_gather": 3, "broadcast": 4, "barrier": 5}
 ALGORITHMS = {"ring": 1, "mpi": 2, "nccl": 3}
@@ -64,7 +66,7 @@ def make_header(seq=0, collective=0, op=0, dtype=0, count=0, counts=0, root=0,
 
 
 def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | None = None,
-          capacity: int = 0) -> None:
+          capacity: int = 0, source: np.ndarray | None = None) -> None:
     """All-reduce the header's min/max (and ``payload`` with ``op``); raise on mismatch.
 
     Args:
@@ -73,26 +75,27 @@ def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | N
       payload: a small flat host array reduced in place over all ranks, or None.
       op: the payload's reduction op.
       capacity: the largest payload in bytes any rank may send (small_bytes).
+      source: where this rank's payload comes from, when not ``payload``
+        itself (then ``payload`` is only written: the result).
     """
-    n, r, tr = ctx.size, ctx.rank, ctx.transport
+    n, tr = ctx.size, ctx.transport
     if n == 1:
+        if source is not None and source is not payload:
+            np.copyto(payload, source)
         return
-    k = NUMPY_KERNELS  # headers (and small payloads) live in host memory
     pbytes = payload.nbytes if payload is not None else 0
-    key = ("agree", pbytes, payload.dtype.str if payload is not None else "", capacity)
+    key = ("agree", pbytes, payload.dtype if payload is not None else None, capacity)
     bufs = ctx.cache.get(key)
     if bufs is None:
         bufs = ctx.cache[key] = _Buffers(ctx, pbytes, payload.dtype if payload is not None else None, capacity)
     send, recv, cur, got, mine, theirs = bufs.views
-    cur[:NF] = header
-    np.negative(cur[:NF], out=cur[NF:])
+    _WIRE.pack_into(send, 0, *header, *[-v for v in header])
     if payload is not None:
-        k.copy(mine, payload)
+        np.copyto(mine, payload if source is None else source)
     tracing = payload is not None and ctx.tracer is not None
     same = True  # every header heard so far equals ours
-
-    def exchange(peer, step, do_send=True, do_recv=True):
-        nonlocal same
+    folded, plan = _plan(ctx.rank, n)
+    for peer, step, do_send, do_recv in plan:
         hs = [tr.irecv(recv, peer, TAG_AGREE)] if do_recv else []
         if do_send:
             hs.append(tr.isend(send, peer, TAG_AGREE))
@@ -103,30 +106,18 @@ def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | N
             if do_recv:
                 ctx.record("recv", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
         if do_recv:
-            if same and got.tobytes() == cur.tobytes():
+            if same and bufs.heard == bufs.said:
                 if payload is not None:
-                    k.reduce_(op, mine, theirs)
+                    NUMPY_KERNELS.reduce_(op, mine, theirs)
             else:  # keep going, so every rank finishes the pattern and hears the verdict
                 same = False
                 np.minimum(cur, got, out=cur)
-
-    p, rounds = _plan(r, n)
-    if r >= p:  # folded: hand our header in, get the verdict back
-        exchange(r - p, "agreement fold", do_recv=False)
-        exchange(r - p, "agreement unfold", do_send=False)
-        if payload is not None:
-            k.copy(mine, theirs)
-    else:
-        if r + p < n:
-            exchange(r + p, "agreement fold", do_send=False)
-        for peer, step in rounds:
-            exchange(peer, step)
-        if r + p < n:
-            exchange(r + p, "agreement unfold", do_recv=False)
+    if folded and payload is not None:  # the verdict came back with the answer
+        np.copyto(mine, theirs)
     if not same:  # the min and max of some field differ: every rank knows it now
         _report(ctx, np.asarray(header, np.int64))
     if payload is not None:
-        k.copy(payload, mine)
+        np.copyto(payload, mine)
 
 
 class _Buffers:
@@ -141,12 +132,21 @@ class _Buffers:
         theirs = recv[HEADER_BYTES:HEADER_BYTES + pbytes].view(dtype) if dtype is not None else None
         self.views = (send, recv, send[:HEADER_BYTES].view(np.int64), recv[:HEADER_BYTES].view(np.int64),
                       mine, theirs)
+        # the headers as bytes: one memoryview comparison says whether they agree
+        self.said, self.heard = memoryview(send[:HEADER_BYTES]), memoryview(recv[:HEADER_BYTES])
 
 
 @functools.lru_cache(maxsize=256)
 def _plan(rank: int, world: int):
+    """(folded, [(peer, step name, send?, receive?), ...]) for recursive doubling."""
     p, partners = halving_peers(rank, world)
-    return p, [(q, f"agreement round {i}") for i, q in enumerate(partners)]
+    if rank >= p:  # folded: hand our header in, get the verdict back
+        return True, [(rank - p, "agreement fold", True, False), (rank - p, "agreement unfold", False, True)]
+    plan = [(rank + p, "agreement fold", False, True)] if rank + p < world else []
+    plan += [(q, f"agreement round {i}", True, True) for i, q in enumerate(partners)]
+    if rank + p < world:
+        plan.append((rank + p, "agreement unfold", True, False))
+    return False, plan
 
 
 def _report(ctx, header: np.ndarray) -> None:

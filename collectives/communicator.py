@@ -14,7 +14,7 @@ import numpy as np
 from . import ring, small
 from .agree import ALGORITHMS, COLLECTIVES, agree, digest, make_header
 from .context import Context
-from .dtypes import check_op, dtype_code
+from .dtypes import DTYPES, check_op, dtype_code
 from .errors import CollectiveError
 from .kernels import NUMPY_KERNELS, is_device_array, kernels_for
 from .schedule import split_counts
@@ -84,6 +84,7 @@ class Communicator:
         self._broken: BaseException | None = None
         self._device_transport = None
         self._engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
+        self._host_scratch = self._scratch_for(NUMPY_KERNELS)
 
     # ------------------------------------------------------------------ API
     def all_reduce(self, x, op: str = "sum", out=None, async_op: bool = False):
@@ -200,10 +201,13 @@ class Communicator:
             if self._broken is not None:
                 raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
                                       f"earlier error: {self._broken}") from self._broken
-            kernels = self._kernels(result)
-            ctx = Context(self._transport_for(result), kernels, label, self.timeout,
-                          self._chunk_elems(result), self._scratch_for(kernels), self.tracer, self._cache,
-                          self.window)
+            if result is None or type(result) is np.ndarray:  # host arrays: everything prepared once
+                kernels, transport, scratch = NUMPY_KERNELS, self.transport, self._host_scratch
+            else:
+                kernels = self._kernels(result)
+                transport, scratch = self._transport_for(result), self._scratch_for(kernels)
+            ctx = Context(transport, kernels, label, self.timeout, self._chunk_elems(result), scratch,
+                          self.tracer, self._cache, self.window)
             try:
                 if ctx.tracer is not None:
                     ctx.tracer.begin(label, rank=self.rank)
@@ -264,13 +268,15 @@ class Communicator:
             agree(ctx, hdr, capacity=self.small_bytes)
 
     # ------------------------------------------------------------- helpers
-    def _header(self, name, x, **fields):
+    def _header(self, name, x, op=0, count=0, counts=0, root=0):
         seq = self._seq
         self._seq += 1
-        return make_header(seq=seq, collective=COLLECTIVES[name], algorithm=ALGORITHMS[self.algorithm],
-                           chunk=self.chunk_bytes, small=self.small_bytes,
-                           dtype=dtype_code(x.dtype) if x is not None else 0,
-                           device=int(x is not None and is_device_array(x)), **fields)
+        if x is None:
+            dtype, device = 0, 0
+        else:
+            dtype, device = dtype_code(x.dtype), int(type(x) is not np.ndarray and is_device_array(x))
+        return make_header(seq, COLLECTIVES[name], op, dtype, count, counts, root,
+                           ALGORITHMS[self.algorithm], self.chunk_bytes, self.small_bytes, device)
 
     def _transport_for(self, x):
         """The transport that moves ``x``: host arrays go straight over MPI;
@@ -305,6 +311,8 @@ class Communicator:
 
     @staticmethod
     def _check_array(x, name):
+        if type(x) is np.ndarray and x.dtype in _HOST_CODES and x.flags.c_contiguous:
+            return  # the common case, in three checks
         if not isinstance(x, np.ndarray) and not is_device_array(x):
             raise TypeError(f"{name} must be a numpy or cupy array, got {type(x).__name__}")
         dtype_code(x.dtype)  # TypeError for unsupported dtypes
@@ -312,6 +320,9 @@ class Communicator:
             raise ValueError(f"{name} must be C-contiguous (got strides {x.strides}); pass x.copy()")
 
     def _out(self, out, x, n, name, like=None):
+        if (type(out) is np.ndarray and type(x) is np.ndarray and out.dtype is x.dtype and out.size == n
+                and out.dtype in _HOST_CODES and out.flags.c_contiguous and out.flags.writeable):
+            return out  # the common case: a host array of the right size and type
         if out is None:
             if like is not None:
                 return kernels_for(x).xp.empty_like(like)
@@ -337,6 +348,9 @@ class Communicator:
         if any(c < 0 for c in counts):
             raise ValueError(f"{what}: counts must be >= 0, got {counts}")
         return counts
+
+
+_HOST_CODES = frozenset(dt for dt, _ in DTYPES.values())
 
 
 def _make_baseline(algorithm: str, transport):

@@ -39,8 +39,13 @@ def dtype_name(dtype) -> str:
     return name
 
 
+_CODES = {npdt: code for npdt, code in DTYPES.values()}
+
+
 def dtype_code(dtype) -> int:
-    return DTYPES[dtype_name(dtype)][1]
+    """Wire code of a supported dtype (TypeError otherwise); a dict lookup on the hot path."""
+    code = _CODES.get(dtype)
+    return code if code is not None else DTYPES[dtype_name(dtype)][1]
 
 
 def to_dtype(name: str) -> np.dtype:

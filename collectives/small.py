@@ -44,9 +44,7 @@ def all_reduce(ctx, header: list[int], x: np.ndarray, out: np.ndarray, op: str, 
         agree(ctx, header, payload=host, op=op, capacity=capacity)
         _from_host(ctx, out, host)
         return
-    if out is not x:
-        ctx.kernels.copy(out, x)
-    agree(ctx, header, payload=out, op=op, capacity=capacity)
+    agree(ctx, header, payload=out, op=op, capacity=capacity, source=x)
 
 
 def reduce_scatter(ctx, header: list[int], x, out, counts: list[int], op: str, capacity: int) -> None:

@@ -91,7 +91,8 @@ class Engine:
         finally:
             with self._cv:
                 self._inline = False
-                self._cv.notify_all()
+                if self._thread is not None:  # only the progress thread ever waits for this
+                    self._cv.notify_all()
 
     def drain(self) -> None:
         """Wait until everything queued so far has run."""
