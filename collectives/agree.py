@@ -78,6 +78,20 @@ def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | N
       source: where this rank's payload comes from, when not ``payload``
         itself (then ``payload`` is only written: the result).
     """
+    for _ in _agreement(ctx, header, payload, op, capacity, source, pause=False):
+        pass
+
+
+def start_agreement(ctx, header: list[int], capacity: int = 0):
+    """Post the first round of the header exchange and return at once; exhaust
+    the returned iterator (``for _ in it: pass``) for the verdict. Lets the
+    ring do local work while the headers are on the wire."""
+    it = _agreement(ctx, header, None, None, capacity, None, pause=True)
+    next(it, None)
+    return it
+
+
+def _agreement(ctx, header, payload, op, capacity, source, pause):
     n, tr = ctx.size, ctx.transport
     if n == 1:
         if source is not None and source is not payload:
@@ -99,6 +113,9 @@ def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | N
         hs = [tr.irecv(recv, peer, TAG_AGREE)] if do_recv else []
         if do_send:
             hs.append(tr.isend(send, peer, TAG_AGREE))
+        if pause:  # the first round is posted: hand control back until the verdict is wanted
+            pause = False
+            yield
         ctx.wait(hs, peer=peer, step=step, chunk=0, what="header receive" if do_recv else "header send")
         if tracing:  # the small all-reduce's data, traced like the ring's
             if do_send:

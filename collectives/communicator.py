@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from . import ring, small
-from .agree import ALGORITHMS, COLLECTIVES, agree, digest, make_header
+from .agree import ALGORITHMS, COLLECTIVES, agree, digest, make_header, start_agreement
 from .context import Context
 from .dtypes import DTYPES, check_op, dtype_code
 from .errors import CollectiveError
@@ -227,11 +227,11 @@ class Communicator:
         base = "sum" if op == "avg" else op
         if self._baseline is None and out.nbytes <= self.small_bytes:
             small.all_reduce(ctx, hdr, x, out, base, self.small_bytes)  # header rides along
-        else:
+        elif self._baseline is not None:
             self._agree(ctx, hdr)
-            if self._baseline is not None:
-                return self._baseline.all_reduce(x, out, op)
-            ring.all_reduce(ctx, x, out, split_counts(x.size, self.size, _granule(x)), base)
+            return self._baseline.all_reduce(x, out, op)
+        else:
+            self._ring(ctx, hdr, ring.all_reduce, x, out, split_counts(x.size, self.size, _granule(x)), base)
         if op == "avg":
             ctx.kernels.scale(out, self.size)
 
@@ -239,21 +239,21 @@ class Communicator:
         base = "sum" if op == "avg" else op
         if self._baseline is None and x.nbytes <= self.small_bytes // 4:
             small.reduce_scatter(ctx, hdr, x, out, counts, base, self.small_bytes)
-        else:
+        elif self._baseline is not None:
             self._agree(ctx, hdr)
-            if self._baseline is not None:
-                return self._baseline.reduce_scatter(x, out, counts, op)
-            ring.reduce_scatter(ctx, x, out, counts, base)
+            return self._baseline.reduce_scatter(x, out, counts, op)
+        else:
+            self._ring(ctx, hdr, ring.reduce_scatter, x, out, counts, base)
         if op == "avg":
             ctx.kernels.scale(out, self.size)
 
     def _all_gather(self, ctx, hdr, x, out, counts):
         if self._baseline is None and out.nbytes <= self.small_bytes // 4:
             return small.all_gather(ctx, hdr, x, out, counts, self.small_bytes)
-        self._agree(ctx, hdr)
         if self._baseline is not None:
+            self._agree(ctx, hdr)
             return self._baseline.all_gather(x, out, counts)
-        ring.all_gather(ctx, x, out, counts)
+        self._ring(ctx, hdr, ring.all_gather, x, out, counts)
 
     def _broadcast(self, ctx, hdr, x, out, root):
         self._agree(ctx, hdr)
@@ -266,6 +266,16 @@ class Communicator:
     def _agree(self, ctx, hdr):
         if self.verify:
             agree(ctx, hdr, capacity=self.small_bytes)
+
+    def _ring(self, ctx, hdr, algo, *args):
+        """Run a ring collective with its header check inside: the ring posts its
+        first receives and sends, then starts and finishes the agreement
+        (Context.checked) before it reads a byte, so the header round trip
+        overlaps data already moving."""
+        if self.verify:
+            ctx.check = lambda: start_agreement(ctx, hdr, self.small_bytes)
+        algo(ctx, *args)
+        ctx.checked()  # a path that posted nothing (one rank, zero counts) checks here
 
     # ------------------------------------------------------------- helpers
     def _header(self, name, x, op=0, count=0, counts=0, root=0):

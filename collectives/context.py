@@ -44,6 +44,40 @@ class Context:
         self.scratch = scratch
         self.tracer = tracer
         self.cache = cache if cache is not None else {}  # per-communicator, for prepared views
+        self.check = None  # starts the header agreement; see check_start and checked
+        self._checking = None
+
+    def check_start(self) -> None:
+        """Post the header agreement's first messages (once; no-op without one)."""
+        if self.check is not None:
+            start, self.check = self.check, None
+            self._checking = start()
+
+    def checked(self, posted=()) -> None:
+        """Finish the header agreement: return once every rank is known to run
+        this same collective, or raise MismatchError/CollectiveTimeout.
+
+        The ring posts its first receives and sends, starts the agreement,
+        does local work, and only then calls this, before it reads anything
+        received: the header round trip overlaps data already moving. On an
+        error the data handles in ``posted`` are cancelled where MPI can, and
+        kept alive where it cannot (a live request must not be freed); the
+        communicator refuses further use, so nothing ever reads them.
+        """
+        self.check_start()
+        it, self._checking = self._checking, None
+        if it is None:
+            return
+        try:
+            for _ in it:
+                pass
+        except BaseException:
+            if posted:
+                self.transport.cancel(posted)
+                keep = getattr(self.transport, "orphans", None)
+                if keep is not None:
+                    keep.extend(posted)
+            raise
 
     def wait(self, handles, *, peer: int, step, chunk, what: str) -> None:
         """Block until every handle completes, or raise at the deadline."""

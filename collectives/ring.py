@@ -69,6 +69,8 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final
         rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
         slot = [slots[(i % w) * ctx.chunk:(i % w) * ctx.chunk + c.size] for i, c in enumerate(rchunks)]
         rreqs = [tr.irecv(slot[i], left, TAG_DATA) for i in range(min(w, len(rchunks)))]
+        if t == 0:  # the first data is posted both ways: the header check overlaps its transfer
+            ctx.checked(sends + rreqs)
         mine = x[_seg(offs, recv_seg)]
         dst = dest(t, recv_seg)
         forward = t + 1 < n - 1  # what we reduce now is sent at the next step
@@ -106,20 +108,26 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
     tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
     offs = offsets(counts)
+    # Chunks exist so a rank can forward what it has while the rest arrives.
+    # On two ranks nobody forwards: each segment goes as one message, and MPI
+    # copies it in one go (no per-chunk rendezvous).
+    chunk = max(max(counts), 1) if n == 2 and sent is None else ctx.chunk
     steps = []  # per step: (segment, its chunks, their receive handles)
     for t in range(n - 1):
         _, recv_seg = all_gather_step(r, n, t)
         view = buf[_seg(offs, recv_seg)]
-        rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
+        rchunks = chunks(Range(0, counts[recv_seg]), chunk)
         steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, tag) for c in rchunks]))
     mine = buf[_seg(offs, r)]
     src = mine if own is None else own
     if sent is None:
-        sends = [tr.isend(src[c.slice()], right, tag) for c in chunks(Range(0, counts[r]), ctx.chunk)]
+        sends = [tr.isend(src[c.slice()], right, tag) for c in chunks(Range(0, counts[r]), chunk)]
     else:
         sends = list(sent)
+    ctx.check_start()  # (all_gather) headers go out with the data, and travel while we copy
     if own is not None:
         ctx.kernels.copy(mine, own)
+    ctx.checked([h for _, _, _, hs in steps for h in hs] + sends)
     if tracing:
         ctx.record("send", phase="all-gather", step=0, peer=right, seg=r, offset=offs[r],
                    count=src.size, chunks=len(sends), nbytes=src.nbytes)
