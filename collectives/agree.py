@@ -1,6 +1,6 @@
 """The safety header: every rank proves it is running the same collective.
 
-Before any bulk data moves, the ranks all-reduce a small header (sequence
+Before any received data is used, the ranks all-reduce a small header (sequence
 number, collective, op, dtype, counts, root, protocol) by recursive
 doubling, keeping the elementwise min and max of every field: exchange with
 r^1, r^2, r^4, ...; for a world that is not a power of two p, ranks r >= p
@@ -16,7 +16,9 @@ posted with room for the largest small payload, so a rank that took another
 path (a different count) still delivers a header to compare, not a hang.
 
 Cost: ceil(log2 N) (+2 when N is not a power of two) messages of 192 bytes
-per collective; a barrier is exactly this exchange.
+per collective; a barrier is exactly this exchange. The ring hides it:
+``start_agreement`` posts the first round and returns, so the headers travel
+while the ring's first data does (see ring.py, Context.checked).
 """
 from __future__ import annotations
 

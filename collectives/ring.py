@@ -19,6 +19,13 @@ moment the last reduce-scatter step makes it final (on a tag of its own, so
 it cannot be taken for reduce-scatter data): the right neighbour pulls it
 while this rank is still reducing the next chunk.
 
+The header check. Each collective's first receives and sends are posted
+before the header agreement finishes (``ctx.checked``), and nothing
+received is read before it does: the header round trip overlaps data that is
+already moving, and a mismatch still raises before any of it is used.
+On two ranks the all-gather sends each piece as one message: chunks exist
+so that a rank can forward what it has, and there nobody forwards.
+
 Buffers. Reduce-scatter keeps partial results in two scratch segments used
 in turn (the one sent at step t + 1 is the one reduced at step t), and the
 last step reduces straight into ``out``. All-reduce needs no such scratch:
