@@ -32,6 +32,24 @@ def test_mismatch_fails_on_every_rank(case, n, words):
             assert w in d["message"], (w, d["message"])
 
 
+@pytest.mark.parametrize("case,n,words", [
+    ("ring_count", 2, ["count differs", "rank 1: 262080", "rank 0: 262144"]),
+    ("ring_count", 3, ["count differs", "rank 2: 262080"]),
+    ("ring_op", 3, ["op differs", "rank 0: max", "rank 1: sum"]),
+    ("ring_gather", 2, ["count differs", "need counts="]),
+])
+def test_mismatch_after_data_was_posted(case, n, words):
+    """The ring posts its first data before the header verdict: a mismatch must still
+    raise the same error on every rank, and leave nothing behind for the next communicator."""
+    proc = run_mpi(n, "faults.py", case, "20", timeout=120)
+    for r, d in _per_rank(proc, n).items():
+        assert d["error"] == "MismatchError", d
+        assert f"rank {r}:" in d["message"]
+        for w in words:
+            assert w in d["message"], (w, d["message"])
+        assert d["fresh_ok"] is True, d
+
+
 def test_timeout_names_the_absent_peer():
     proc = run_mpi(3, "faults.py", "absent", "1.5", timeout=120)
     res = _per_rank(proc, 3)

@@ -32,6 +32,13 @@ try:
             comm.all_reduce(x)
     elif case == "gather_counts":
         comm.all_gather(x[: 100 + rank])
+    elif case == "ring_count":  # both ranks on the ring path: data was posted before the verdict
+        big = np.ones(1 << 18, np.float32)
+        comm.all_reduce(big[: (1 << 18) - 64 * (rank == n - 1)])
+    elif case == "ring_op":
+        comm.reduce_scatter(np.ones(n << 16, np.float32), op="max" if rank == 0 else "sum")
+    elif case == "ring_gather":  # pieces of different sizes: early receives are the wrong size
+        comm.all_gather(np.ones((1 << 16) + 1000 * rank, np.float32))
     elif case == "absent":  # rank 1 never calls: the others time out naming it
         if rank != 1:
             comm.all_reduce(x)
@@ -46,6 +53,11 @@ try:
     out["message"] = "no error"
 except CollectiveError as e:
     out["error"], out["message"] = type(e).__name__, str(e)
+if case.startswith("ring_"):  # nothing leaked: a fresh communicator works, and so does MPI
+    fresh = Communicator(timeout=20)
+    y = fresh.all_reduce(np.full(1 << 18, rank + 1, np.float32))
+    out["fresh_ok"] = bool((y == n * (n + 1) / 2).all())
+    fresh.close()
 if case == "after_error":  # the communicator refuses further use
     try:
         comm.all_reduce(x)
