@@ -64,7 +64,9 @@ def format_report(rep: dict, est: dict | None = None) -> str:
     lines = []
     for c in CATEGORIES + ("total",):
         line = f"  {c:<10} {rep[c] / 1e6:10.2f} MB"
-        if est is not None:
+        if est is not None and c == "comm" and not est.get(c):
+            line += "   (outside ZeRO's formula: the ring's scratch and in-flight buckets)"
+        elif est is not None:
             line += f"   (ZeRO estimate {est[c] / 1e6:10.2f} MB)"
         lines.append(line)
     return "\n".join(lines)
