@@ -7,9 +7,12 @@ import numpy as np
 from mpi4py import MPI
 
 
+_U8 = np.dtype(np.uint8)
+
+
 def _bytes(buf: np.ndarray):
     # bfloat16 cannot export a buffer; raw bytes work for every dtype.
-    return [buf.view(np.uint8), MPI.BYTE]
+    return [buf if buf.dtype is _U8 else buf.view(np.uint8), MPI.BYTE]
 
 
 class MpiTransport:
@@ -36,10 +39,10 @@ class MpiTransport:
     def isend(self, buf: np.ndarray, peer: int, tag: int):
         if self.fault is not None and self.fault("send", peer, tag):
             return MPI.REQUEST_NULL
-        return self.comm.Isend(_bytes(buf), dest=peer, tag=tag)
+        return self.comm.Isend(_bytes(buf), peer, tag)  # positional: keywords cost ~0.4 us here
 
     def irecv(self, buf: np.ndarray, peer: int, tag: int):
-        return self.comm.Irecv(_bytes(buf), source=peer, tag=tag)
+        return self.comm.Irecv(_bytes(buf), peer, tag)
 
     @staticmethod
     def test(handle) -> bool:
