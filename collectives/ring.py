@@ -187,8 +187,24 @@ def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
         if separate:
             ctx.kernels.copy(own, x)
         return
+    if ctx.size == 2 and ctx.tracer is None:
+        _exchange(ctx, x, own if separate else None, out[_seg(offs, 1 - ctx.rank)])
+        return
     # send straight from x (as MPI does) and copy it into out while it is on the wire
     _gather_phase(ctx, out, counts, own=x if separate else None)
+
+
+def _exchange(ctx, x, own, theirs) -> None:
+    """The all-gather of two ranks: one message each way, straight from x into
+    the peer's place in out (the ring's one step, without its bookkeeping)."""
+    tr, peer = ctx.transport, 1 - ctx.rank
+    posted = [tr.irecv(theirs, peer, TAG_DATA), tr.isend(x, peer, TAG_DATA)]
+    ctx.check_start()
+    if own is not None:
+        ctx.kernels.copy(own, x)  # while the headers and the data are on the wire
+    ctx.checked(posted)
+    ctx.wait(posted[:1], peer=peer, step=0, chunk=0, what="receive")
+    ctx.wait(posted[1:], peer=peer, step=0, chunk="all", what="send")
 
 
 def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) -> None:
