@@ -196,14 +196,16 @@ def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
 
 def _exchange(ctx, x, own, theirs) -> None:
     """The all-gather of two ranks: one message each way, straight from x into
-    the peer's place in out (the ring's one step, without its bookkeeping)."""
+    the peer's place in out (the ring's one step, without its bookkeeping).
+    x is copied into its own place last, as Open MPI's two-rank all-gather
+    does: copying it first (to overlap the header round trip) measured
+    worse from 4 MiB up in alternating launches."""
     tr, peer = ctx.transport, 1 - ctx.rank
     posted = [tr.irecv(theirs, peer, TAG_DATA), tr.isend(x, peer, TAG_DATA)]
-    ctx.check_start()
-    if own is not None:
-        ctx.kernels.copy(own, x)  # while the headers and the data are on the wire
     ctx.checked(posted)
     ctx.wait(posted[:1], peer=peer, step=0, chunk=0, what="receive")
+    if own is not None:
+        ctx.kernels.copy(own, x)
     ctx.wait(posted[1:], peer=peer, step=0, chunk="all", what="send")
 
 
