@@ -180,6 +180,44 @@ def test_mismatched_count_fails_on_every_rank(world):
         assert f"rank {r}:" in str(e) and "count differs" in str(e) and f"rank {world - 1}: 101" in str(e)
 
 
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("case", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_mismatch_on_the_ring_path_cancels_what_was_posted(world, case):
+    """Both ranks on the ring: data is posted before the header verdict. Every rank
+    raises the MismatchError, no receive is left posted on the fabric, and the
+    same fabric then runs a correct collective."""
+    from collectives.transport import Fabric
+    fabric = Fabric(world)
+    n = 1 << 15  # 128 KiB of float32: past the small paths, several 16 KiB chunks
+    errors, results = [None] * world, [None] * world
+
+    def run(rank):
+        c = Communicator(transport=fabric.transport(rank), timeout=10, chunk_bytes=16384)
+        try:
+            k = n + (64 if rank == world - 1 else 0)
+            if case == "all_reduce":
+                c.all_reduce(np.ones(k, np.float32))
+            elif case == "reduce_scatter":
+                c.reduce_scatter(np.ones(k * world, np.float32))
+            else:
+                c.all_gather(np.ones(k, np.float32))
+        except MismatchError as e:
+            errors[rank] = e
+        c2 = Communicator(transport=fabric.transport(rank), timeout=10)
+        results[rank] = c2.all_reduce(np.full(n, rank + 1.0, np.float32))
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for r, e in enumerate(errors):
+        assert isinstance(e, MismatchError) and "count differs" in str(e), (r, e)
+    # what the broken communicators posted was cancelled; only their sends may linger
+    assert not any(fabric.posted.values()), {k: len(v) for k, v in fabric.posted.items() if v}
+    # the leftover sends carry the ring's tags, which a fresh agreement never matches
+    for r in range(world):
+        assert np.array_equal(results[r], np.full(n, world * (world + 1) / 2, np.float32)), r
+
+
 def test_mismatched_order_and_small_vs_ring_path():
     def fn(c):
         if c.rank == 0:
