@@ -244,6 +244,26 @@ def test_timeout_names_rank_peer_and_step():
     assert "rank 0:" in str(got[0]) and "rank 1" in str(got[0]) and "agreement" in str(got[0])
 
 
+@pytest.mark.parametrize("case", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_absent_peer_on_the_ring_path_times_out_by_name(case):
+    """Rank 1 never calls; rank 0 has already posted its first ring data when the
+    header check waits: it still times out at the deadline, naming rank 1."""
+    n = 1 << 16
+
+    def fn(c):
+        if c.rank == 1:
+            return None
+        x = np.ones(n, np.float32)
+        return getattr(c, case)(x)
+
+    t0 = time.monotonic()
+    got = simulate(2, fn, return_exceptions=True, timeout=0.5, chunk_bytes=16384)
+    assert time.monotonic() - t0 < 10
+    assert isinstance(got[0], CollectiveTimeout), got[0]
+    assert "rank 0:" in str(got[0]) and "rank 1 never completed" in str(got[0]), str(got[0])
+    assert "agreement" in str(got[0]) and "did rank 1 call this collective?" in str(got[0])
+
+
 def test_bad_arguments_raise_before_any_byte_moves():
     fabric = Fabric(2)
     c = Communicator(transport=fabric.transport(0), timeout=0.5)
