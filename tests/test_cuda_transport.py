@@ -270,3 +270,33 @@ def test_without_cupy_errors_are_clear(monkeypatch):
         _import_nccl()
     with pytest.raises(RuntimeError, match="ringzero\\[gpu\\]"):
         CupyBackend()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("world", [2, 3])
+def test_mismatch_over_device_protocols_fails_on_every_rank(mode, world):
+    """The ring posts its first device data before the header verdict; a count
+    mismatch must still raise MismatchError on every rank (no hang, no other error)."""
+    from collectives import MismatchError
+    fabric = Fabric(world)
+    errors = [None] * world
+
+    def body(r):
+        t = make_device_transport(fabric.transport(r), mode, backend=FakeBackend())
+        comm = Communicator(transport=t, timeout=10, chunk_bytes=4096, small_bytes=1024)
+        try:
+            comm.all_reduce(np.ones(5000 + 100 * (r == world - 1), np.float32))
+        except BaseException as e:  # noqa: BLE001 - checked below, per rank
+            errors[r] = e
+        finally:
+            comm.close()
+
+    ths = [threading.Thread(target=body, args=(r,)) for r in range(world)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(30)
+    assert not any(t.is_alive() for t in ths), "a rank hung"
+    for r, e in enumerate(errors):
+        assert isinstance(e, MismatchError), (r, repr(e))
+        assert "count differs" in str(e) and f"rank {world - 1}: 5100" in str(e), str(e)

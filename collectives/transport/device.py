@@ -219,6 +219,7 @@ class _Op:
 
     ordered = False
     done = False
+    error = None  # raised when this operation's handle is tested, as MPI reports a request's error
 
     def __init__(self, t: "DeviceTransport", buf, peer: int, tag: int):
         self.t, self.buf, self.peer, self.tag = t, buf, peer, tag
@@ -397,7 +398,10 @@ class DeviceTransport:
     def _advance(channel: deque) -> None:
         for op in channel:
             if not op.done:
-                op.step()
+                try:
+                    op.step()
+                except Exception as e:  # e.g. truncation: it belongs to this op, not to whoever polled
+                    op.error, op.done, op.ordered = e, True, True
             if not op.ordered:
                 break  # later messages of this channel must not overtake it
         while channel and channel[0].done:
@@ -419,11 +423,21 @@ class DeviceTransport:
             return self.host.test(handle.req)
         if not handle.done:
             self.progress()
+        if handle.error is not None:
+            raise handle.error
         return handle.done
 
     def testall(self, handles) -> bool:
         self.progress()
-        return all([h.done if not isinstance(h, _HostHandle) else self.host.test(h.req) for h in handles])
+        done = True
+        for h in handles:
+            if isinstance(h, _HostHandle):
+                done = self.host.test(h.req) and done
+            elif h.error is not None:
+                raise h.error
+            else:
+                done = done and h.done
+        return done
 
     def cancel(self, handles) -> None:
         for h in handles:
