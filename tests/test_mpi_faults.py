@@ -37,6 +37,7 @@ def test_mismatch_fails_on_every_rank(case, n, words):
     ("ring_count", 3, ["count differs", "rank 2: 262080"]),
     ("ring_op", 3, ["op differs", "rank 0: max", "rank 1: sum"]),
     ("ring_gather", 2, ["count differs", "need counts="]),
+    ("ring_gather", 3, ["count differs", "need counts="]),
 ])
 def test_mismatch_after_data_was_posted(case, n, words):
     """The ring posts its first data before the header verdict: a mismatch must still
