@@ -23,8 +23,7 @@ The header check. Each collective's first receives and sends are posted
 before the header agreement finishes (``ctx.checked``), and nothing
 received is read before it does: the header round trip overlaps data that is
 already moving, and a mismatch still raises before any of it is used.
-On two ranks the all-gather sends each piece as one message: chunks exist
-so that a rank can forward what it has, and there nobody forwards.
+On two ranks the all-gather is one exchange (see _exchange).
 
 Buffers. Reduce-scatter keeps partial results in two scratch segments used
 in turn (the one sent at step t + 1 is the one reduced at step t), and the
@@ -115,10 +114,7 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
     tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
     offs = offsets(counts)
-    # Chunks exist so a rank can forward what it has while the rest arrives.
-    # On two ranks nobody forwards: each segment goes as one message, and MPI
-    # copies it in one go (no per-chunk rendezvous).
-    chunk = max(max(counts), 1) if n == 2 and sent is None else ctx.chunk
+    chunk = ctx.chunk
     steps = []  # per step: (segment, its chunks, their receive handles)
     for t in range(n - 1):
         _, recv_seg = all_gather_step(r, n, t)
@@ -187,23 +183,32 @@ def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
         if separate:
             ctx.kernels.copy(own, x)
         return
-    if ctx.size == 2 and ctx.tracer is None:
-        _exchange(ctx, x, own if separate else None, out[_seg(offs, 1 - ctx.rank)])
+    if ctx.size == 2:
+        _exchange(ctx, x, own if separate else None, out, offs)
         return
     # send straight from x (as MPI does) and copy it into out while it is on the wire
     _gather_phase(ctx, out, counts, own=x if separate else None)
 
 
-def _exchange(ctx, x, own, theirs) -> None:
-    """The all-gather of two ranks: one message each way, straight from x into
-    the peer's place in out (the ring's one step, without its bookkeeping).
-    x is copied into its own place last, as Open MPI's two-rank all-gather
-    does: copying it first (to overlap the header round trip) measured
-    worse from 4 MiB up in alternating launches."""
-    tr, peer = ctx.transport, 1 - ctx.rank
+def _exchange(ctx, x, own, out, offs) -> None:
+    """The all-gather of two ranks: the ring's one step, as one message each way
+    straight from x into the peer's place in out. Chunks exist so a rank can
+    forward what it has while the rest arrives; on two ranks nobody forwards,
+    so MPI copies each piece in one go (no per-chunk rendezvous). x is copied
+    into its own place last, as Open MPI's two-rank all-gather does: copying
+    it first (to overlap the header round trip) measured worse from 4 MiB up."""
+    tr, r = ctx.transport, ctx.rank
+    peer = 1 - r
+    theirs = out[_seg(offs, peer)]
     posted = [tr.irecv(theirs, peer, TAG_DATA), tr.isend(x, peer, TAG_DATA)]
     ctx.checked(posted)
+    if ctx.tracer is not None:
+        ctx.record("send", phase="all-gather", step=0, peer=peer, seg=r, offset=offs[r],
+                   count=x.size, chunks=int(x.size > 0), nbytes=x.nbytes)
     ctx.wait(posted[:1], peer=peer, step=0, chunk=0, what="receive")
+    if ctx.tracer is not None and theirs.size:  # as the ring: an empty segment has no chunks
+        ctx.record("recv", phase="all-gather", step=0, peer=peer, seg=peer, chunk=0, offset=offs[peer],
+                   count=theirs.size, nbytes=theirs.nbytes, data=theirs)
     if own is not None:
         ctx.kernels.copy(own, x)
     ctx.wait(posted[1:], peer=peer, step=0, chunk="all", what="send")
