@@ -83,14 +83,16 @@ class FakeBackend:
         return _LazyEvent(self.polls, lambda: dst.view(np.uint8).__setitem__(slice(0, nbytes), src))
 
 
-def _run(world, mode, fn, **kw):
+def _run(world, mode, fn, return_errors=False, **kw):
+    """fn(comm) on ``world`` threads over the device transport; (results, backends),
+    or (errors, backends) with return_errors (then a rank that hangs fails the test)."""
     fabric = Fabric(world)
     backends = [FakeBackend() for _ in range(world)]
     results, errors = [None] * world, [None] * world
 
     def body(r):
         t = make_device_transport(fabric.transport(r), mode, backend=backends[r])
-        comm = Communicator(transport=t, timeout=20, **kw)
+        comm = Communicator(transport=t, **{"timeout": 20, **kw})
         try:
             results[r] = fn(comm)
         except BaseException as e:
@@ -102,7 +104,10 @@ def _run(world, mode, fn, **kw):
     for t in ths:
         t.start()
     for t in ths:
-        t.join()
+        t.join(60)
+    assert not any(t.is_alive() for t in ths), "a rank hung"
+    if return_errors:
+        return errors, backends
     for e in errors:
         if e is not None:
             raise e
@@ -278,25 +283,11 @@ def test_mismatch_over_device_protocols_fails_on_every_rank(mode, world):
     """The ring posts its first device data before the header verdict; a count
     mismatch must still raise MismatchError on every rank (no hang, no other error)."""
     from collectives import MismatchError
-    fabric = Fabric(world)
-    errors = [None] * world
 
-    def body(r):
-        t = make_device_transport(fabric.transport(r), mode, backend=FakeBackend())
-        comm = Communicator(transport=t, timeout=10, chunk_bytes=4096, small_bytes=1024)
-        try:
-            comm.all_reduce(np.ones(5000 + 100 * (r == world - 1), np.float32))
-        except BaseException as e:  # noqa: BLE001 - checked below, per rank
-            errors[r] = e
-        finally:
-            comm.close()
+    def fn(comm):
+        comm.all_reduce(np.ones(5000 + 100 * (comm.rank == world - 1), np.float32))
 
-    ths = [threading.Thread(target=body, args=(r,)) for r in range(world)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join(30)
-    assert not any(t.is_alive() for t in ths), "a rank hung"
+    errors, _ = _run(world, mode, fn, return_errors=True, timeout=10, chunk_bytes=4096, small_bytes=1024)
     for r, e in enumerate(errors):
         assert isinstance(e, MismatchError), (r, repr(e))
         assert "count differs" in str(e) and f"rank {world - 1}: 5100" in str(e), str(e)

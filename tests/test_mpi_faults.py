@@ -24,12 +24,19 @@ def _per_rank(proc, n):
     ("gather_counts", 2, ["count differs", "need counts="]),
 ])
 def test_mismatch_fails_on_every_rank(case, n, words):
+    _assert_mismatch_everywhere(case, n, words)
+
+
+def _assert_mismatch_everywhere(case, n, words):
+    """Every rank of ``faults.py case`` raised MismatchError naming itself and ``words``."""
     proc = run_mpi(n, "faults.py", case, "20", timeout=120)
-    for r, d in _per_rank(proc, n).items():
+    res = _per_rank(proc, n)
+    for r, d in res.items():
         assert d["error"] == "MismatchError", d
         assert f"rank {r}:" in d["message"]
         for w in words:
             assert w in d["message"], (w, d["message"])
+    return res
 
 
 @pytest.mark.parametrize("case,n,words", [
@@ -42,12 +49,7 @@ def test_mismatch_fails_on_every_rank(case, n, words):
 def test_mismatch_after_data_was_posted(case, n, words):
     """The ring posts its first data before the header verdict: a mismatch must still
     raise the same error on every rank, and leave nothing behind for the next communicator."""
-    proc = run_mpi(n, "faults.py", case, "20", timeout=120)
-    for r, d in _per_rank(proc, n).items():
-        assert d["error"] == "MismatchError", d
-        assert f"rank {r}:" in d["message"]
-        for w in words:
-            assert w in d["message"], (w, d["message"])
+    for d in _assert_mismatch_everywhere(case, n, words).values():
         assert d["fresh_ok"] is True, d
 
 
