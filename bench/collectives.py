@@ -13,10 +13,15 @@ Bus bandwidth (busbw) = algbw x factor: 2(n-1)/n for all-reduce, (n-1)/n for
 reduce-scatter and all-gather, 1 for broadcast (nccl-tests' convention).
 
 Each size is timed in rounds with the algorithms taking turns; time is the
-median over rounds. The ring/mpi column is the median over rounds of the
+median over rounds. The "vs mpi" column is the median over rounds of the
 ratio within each round (paired): two timings taken back to back share the
 machine's state, so on a noisy machine the paired ratio drifts far less
 than a ratio of two separate medians (the JSON keeps both).
+
+``--algorithm ring,mpi,p2p`` adds the bare ring (bench/bare_ring.py): the
+same ring with nothing but Isend, Irecv and numpy, the ceiling of any ring
+over MPI point-to-point here. The JSON's ``ratio_vs_p2p`` on ring records
+says how much of that ceiling our ring reaches.
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ from mpi4py import MPI
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from collectives import Communicator  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
+
+from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
@@ -123,7 +130,8 @@ def main(argv=None) -> int:
     p.add_argument("--op", default="all_reduce,reduce_scatter,all_gather", help=f"comma list of {OPS}")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--redop", default="sum")
-    p.add_argument("--algorithm", default="ring,mpi", help="comma list of ring, mpi, nccl")
+    p.add_argument("--algorithm", default="ring,mpi",
+                   help="comma list of ring, mpi, nccl, p2p (the bare ring: see bench/bare_ring.py)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--chunk-bytes", type=int, default=None, help="ring chunk size (default: library's)")
     p.add_argument("--json", default=None, help="write the records here (rank 0)")
@@ -136,6 +144,8 @@ def main(argv=None) -> int:
     for o in ops:
         if o not in OPS:
             p.error(f"unknown --op {o}; choose from {', '.join(OPS)}")
+    if "p2p" in algos and a.device != "cpu":
+        p.error("--algorithm p2p (the bare ring) runs on host arrays only: use --device cpu")
     dtype = to_dtype(a.dtype)
     if a.device == "cuda":
         import cupy as xp
@@ -144,7 +154,8 @@ def main(argv=None) -> int:
         xp = np
     kw = {} if a.chunk_bytes is None else {"chunk_bytes": a.chunk_bytes}
     # Our ring keeps its safety header on; MPI's own collectives run bare, as users know them.
-    comms = {alg: Communicator(algorithm=alg, verify=(alg == "ring"), **kw) for alg in algos}
+    comms = {alg: BareRing(world) if alg == "p2p" else Communicator(algorithm=alg, verify=(alg == "ring"), **kw)
+             for alg in algos}
     n, rank = world.size, world.rank
     records = []
 
@@ -155,11 +166,11 @@ def main(argv=None) -> int:
     say(f"# ringzero collectives benchmark: {n} ranks, dtype {a.dtype}, redop {a.redop}, device {a.device}")
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters, algorithms taking turns each round;"
         f" time = median over rounds of (max over ranks of the mean per iteration);"
-        f" ring/mpi = median over rounds of the paired busbw ratio")
+        f" vs mpi = median over rounds of the paired busbw ratio")
     say(f"# busbw = algbw x {{all_reduce: 2(n-1)/n = {busbw_factor('all_reduce', n):.3f}, "
         f"reduce_scatter/all_gather: (n-1)/n = {busbw_factor('all_gather', n):.3f}}}")
     hdr = (f"{'op':>14} {'size(B)':>11} {'count':>10} {'type':>8} {'redop':>5} {'algorithm':>9} "
-           f"{'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6} {'ring/mpi':>8}")
+           f"{'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6} {'vs mpi':>8}")
     for op in ops:
         say()
         say(hdr)
@@ -200,6 +211,8 @@ def main(argv=None) -> int:
                     rec["rounds_us"] = [t * 1e6 for t in times[alg]]
                     rec["mpi_rounds_us"] = [t * 1e6 for t in times["mpi"]]
                     ratio = f"{paired:.2f}x"
+                if alg == "ring" and "p2p" in row:  # how far our ring is from the bare one
+                    rec["ratio_vs_p2p"] = float(np.median([b / t for b, t in zip(times["p2p"], times[alg])]))
                 say(f"{op:>14} {rec['bytes']:>11} {rec['count']:>10} {a.dtype:>8} "
                     f"{a.redop if op in ('all_reduce', 'reduce_scatter') else 'none':>5} {alg:>9} "
                     f"{rec['time_us']:>10.1f} {rec['algbw']:>11.3f} {rec['busbw']:>11.3f} "

@@ -31,3 +31,29 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
     assert len(rows) == len(recs)
     assert all(row[9] == "0" for row in rows)
     assert all(row[10].endswith("x") for row in rows if row[5] == "ring")
+
+
+def test_bench_bare_ring_is_checked_like_the_others(tmp_path):
+    """--algorithm p2p (bench/bare_ring.py) at 3 ranks: every op right (uneven
+    all-reduce segments at 1 KiB), its own ratio against MPI, and the ring's
+    ratio against it in the JSON."""
+    out = tmp_path / "bench.json"
+    p = run_mpi(3, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "64K", "-f", "64", "-w", "1", "-n", "2",
+                "-r", "2", "--op", "all_reduce,reduce_scatter,all_gather,broadcast", "--algorithm", "ring,mpi,p2p",
+                "--json", str(out), timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = json.loads(out.read_text())
+    assert {(r["op"], r["algorithm"]) for r in recs} == {
+        (op, alg) for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast") for alg in ("ring", "mpi", "p2p")}
+    assert all(r["wrong"] == 0 and r["ranks"] == 3 for r in recs)
+    for r in recs:
+        if r["algorithm"] == "ring":
+            assert r["ratio_vs_p2p"] > 0
+        if r["algorithm"] == "p2p":
+            assert abs(r["ratio_vs_mpi"] - statistics.median(
+                m / t for m, t in zip(r["mpi_rounds_us"], r["rounds_us"]))) < 1e-9
+
+
+def test_bench_refuses_the_bare_ring_on_gpu_arrays():
+    p = run_mpi(1, ROOT / "bench" / "collectives.py", "--algorithm", "p2p", "--device", "cuda", timeout=60)
+    assert p.returncode != 0 and "host arrays only" in p.stderr
