@@ -12,8 +12,12 @@ Only on a mismatch do the ranks swap full headers, to name who differs.
 A small all-reduce rides along: its payload travels in the same messages and
 is reduced at each exchange while the headers still agree, so a small
 all-reduce costs log2(N) messages in all, header included. Receives are
-posted with room for the largest small payload, so a rank that took another
-path (a different count) still delivers a header to compare, not a hang.
+posted with room for the largest message any rank may send (the header and
+MAX_SMALL_BYTES, the cap on every communicator's ``small_bytes``), so a rank
+that took another path, or was built with another ``small_bytes``, still
+delivers a header to compare. A message longer than its receive must never
+happen: besides MPI's truncation error, Open MPI 5's shared-memory transport
+writes a truncated message's excess past the end of the receive buffer.
 
 Cost: ceil(log2 N) (+2 when N is not a power of two) messages of 192 bytes
 per collective; a barrier is exactly this exchange. The ring hides it:
@@ -34,6 +38,7 @@ from .schedule import halving_peers
 
 TAG_AGREE = 11
 TAG_DETAIL = 12
+MAX_SMALL_BYTES = 1 << 20  # the largest payload that may ride in a header message, on any rank
 
 FIELDS = ("version", "seq", "collective", "op", "dtype", "count", "counts", "root",
           "algorithm", "chunk", "small", "device")
@@ -68,7 +73,7 @@ def make_header(seq=0, collective=0, op=0, dtype=0, count=0, counts=0, root=0,
 
 
 def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | None = None,
-          capacity: int = 0, source: np.ndarray | None = None) -> None:
+          source: np.ndarray | None = None) -> None:
     """All-reduce the header's min/max (and ``payload`` with ``op``); raise on mismatch.
 
     Args:
@@ -76,34 +81,33 @@ def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | N
       header: this rank's fields (see FIELDS).
       payload: a small flat host array reduced in place over all ranks, or None.
       op: the payload's reduction op.
-      capacity: the largest payload in bytes any rank may send (small_bytes).
       source: where this rank's payload comes from, when not ``payload``
         itself (then ``payload`` is only written: the result).
     """
-    for _ in _agreement(ctx, header, payload, op, capacity, source, pause=False):
+    for _ in _agreement(ctx, header, payload, op, source, pause=False):
         pass
 
 
-def start_agreement(ctx, header: list[int], capacity: int = 0):
+def start_agreement(ctx, header: list[int]):
     """Post the first round of the header exchange and return at once; exhaust
     the returned iterator (``for _ in it: pass``) for the verdict. Lets the
     ring do local work while the headers are on the wire."""
-    it = _agreement(ctx, header, None, None, capacity, None, pause=True)
+    it = _agreement(ctx, header, None, None, None, pause=True)
     next(it, None)
     return it
 
 
-def _agreement(ctx, header, payload, op, capacity, source, pause):
+def _agreement(ctx, header, payload, op, source, pause):
     n, tr = ctx.size, ctx.transport
     if n == 1:
         if source is not None and source is not payload:
             np.copyto(payload, source)
         return
     pbytes = payload.nbytes if payload is not None else 0
-    key = ("agree", pbytes, payload.dtype if payload is not None else None, capacity)
+    key = ("agree", pbytes, payload.dtype if payload is not None else None)
     bufs = ctx.cache.get(key)
     if bufs is None:
-        bufs = ctx.cache[key] = _Buffers(ctx, pbytes, payload.dtype if payload is not None else None, capacity)
+        bufs = ctx.cache[key] = _Buffers(ctx, pbytes, payload.dtype if payload is not None else None)
     send, recv, cur, got, mine, theirs = bufs.views
     _WIRE.pack_into(send, 0, *header, *[-v for v in header])
     if payload is not None:
@@ -143,10 +147,11 @@ class _Buffers:
     """A message: int64 [header, -header] (one elementwise min keeps both the
     min and the negated max), then the payload's bytes. Built once per shape."""
 
-    def __init__(self, ctx, pbytes, dtype, capacity):
-        room = HEADER_BYTES + max(capacity, pbytes)
-        send = ctx.scratch("agree-send", room, np.uint8, host=True)[:HEADER_BYTES + pbytes]
-        recv = ctx.scratch("agree-recv", room, np.uint8, host=True)
+    def __init__(self, ctx, pbytes, dtype):
+        if pbytes > MAX_SMALL_BYTES:
+            raise ValueError(f"a {pbytes}-byte payload cannot ride in a header (at most {MAX_SMALL_BYTES})")
+        send = ctx.scratch("agree-send", HEADER_BYTES + pbytes, np.uint8, host=True)
+        recv = ctx.scratch("agree-recv", HEADER_BYTES + MAX_SMALL_BYTES, np.uint8, host=True)
         mine = send[HEADER_BYTES:].view(dtype) if dtype is not None else None
         theirs = recv[HEADER_BYTES:HEADER_BYTES + pbytes].view(dtype) if dtype is not None else None
         self.views = (send, recv, send[:HEADER_BYTES].view(np.int64), recv[:HEADER_BYTES].view(np.int64),
@@ -188,14 +193,27 @@ def _show(field: str, value: int) -> str:
 
 
 def describe(all_h: np.ndarray) -> str:
-    """Say which fields differ and what each rank passed."""
+    """Say which fields differ and what each rank passed. When the collectives
+    themselves differ, their other fields differ as a consequence and are not
+    listed; the counts lists travel as a fingerprint, so ranks are grouped by
+    which list they passed."""
     parts = []
     coll = _show("collective", np.bincount(all_h[:, 2]).argmax())
-    for j, field in enumerate(FIELDS):
-        col = all_h[:, j]
-        if (col != col[0]).any():
-            vals = ", ".join(f"rank {q}: {_show(field, v)}" for q, v in enumerate(col))
-            parts.append(f"{field} differs ({vals})")
+    differ = [j for j in range(NF) if (all_h[:, j] != all_h[0, j]).any()]
+    if FIELDS.index("collective") in differ:
+        differ = [j for j in differ if FIELDS[j] in ("version", "seq", "collective")]
+    for j in differ:
+        field, col = FIELDS[j], all_h[:, j]
+        if field == "counts":
+            groups = {}
+            for q, v in enumerate(col):
+                groups.setdefault(int(v), []).append(q)
+            vals = "; ".join("ranks " + ", ".join(map(str, g)) if len(g) > 1 else f"rank {g[0]}"
+                             for g in groups.values())
+            parts.append(f"counts differs (the same list within each group: {vals})")
+            continue
+        vals = ", ".join(f"rank {q}: {_show(field, v)}" for q, v in enumerate(col))
+        parts.append(f"{field} differs ({vals})")
     hint = ""
     if coll == "all_gather" and any(x.startswith("count") for x in parts):
         hint = " (pieces of different lengths need counts=)"

@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from . import ring, small
-from .agree import ALGORITHMS, COLLECTIVES, agree, digest, make_header, start_agreement
+from .agree import ALGORITHMS, COLLECTIVES, MAX_SMALL_BYTES, agree, digest, make_header, start_agreement
 from .context import Context
 from .dtypes import DTYPES, check_op, dtype_code
 from .errors import CollectiveError
@@ -39,9 +39,11 @@ class Communicator:
       small_bytes: all-reduces of up to this many bytes ride in the header
         exchange (recursive doubling); reduce-scatters and all-gathers, which
         move the whole buffer on that road, up to a quarter of it (the
-        crossovers measured on 2 ranks here: 128 KiB and 32-64 KiB).
+        crossovers measured on 2 ranks here: 128 KiB and 32-64 KiB). At most
+        MAX_SMALL_BYTES (1 MiB): every header receive has room for that much.
       verify: run the header agreement before every collective (on by
-        default; benchmarks of MPI's own collectives turn it off).
+        default; benchmarks of MPI's own collectives turn it off). Off, a
+        mismatched call is undefined behaviour, as it is in MPI.
       transport: a ready transport (e.g. ``Fabric(n).transport(r)`` for
         simulated ranks) instead of MPI.
       tracer: optional recorder of every send, receive, wait and reduce.
@@ -56,8 +58,9 @@ class Communicator:
             raise ValueError(f"unknown algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        if chunk_bytes < 1 or small_bytes < 0:
-            raise ValueError(f"bad chunk_bytes={chunk_bytes} or small_bytes={small_bytes}")
+        if chunk_bytes < 1 or not 0 <= small_bytes <= MAX_SMALL_BYTES:
+            raise ValueError(f"bad chunk_bytes={chunk_bytes} or small_bytes={small_bytes} "
+                             f"(chunk_bytes >= 1, 0 <= small_bytes <= {MAX_SMALL_BYTES})")
         if window < 1:
             raise ValueError(f"window must be >= 1 chunk, got {window}")
         self.algorithm, self.timeout = algorithm, float(timeout)
@@ -226,7 +229,7 @@ class Communicator:
     def _all_reduce(self, ctx, hdr, x, out, op):
         base = "sum" if op == "avg" else op
         if self._baseline is None and out.nbytes <= self.small_bytes:
-            small.all_reduce(ctx, hdr, x, out, base, self.small_bytes)  # header rides along
+            small.all_reduce(ctx, hdr, x, out, base)  # header rides along
         elif self._baseline is not None:
             self._agree(ctx, hdr)
             return self._baseline.all_reduce(x, out, op)
@@ -238,7 +241,7 @@ class Communicator:
     def _reduce_scatter(self, ctx, hdr, x, out, counts, op):
         base = "sum" if op == "avg" else op
         if self._baseline is None and x.nbytes <= self.small_bytes // 4:
-            small.reduce_scatter(ctx, hdr, x, out, counts, base, self.small_bytes)
+            small.reduce_scatter(ctx, hdr, x, out, counts, base)
         elif self._baseline is not None:
             self._agree(ctx, hdr)
             return self._baseline.reduce_scatter(x, out, counts, op)
@@ -249,7 +252,7 @@ class Communicator:
 
     def _all_gather(self, ctx, hdr, x, out, counts):
         if self._baseline is None and out.nbytes <= self.small_bytes // 4:
-            return small.all_gather(ctx, hdr, x, out, counts, self.small_bytes)
+            return small.all_gather(ctx, hdr, x, out, counts)
         if self._baseline is not None:
             self._agree(ctx, hdr)
             return self._baseline.all_gather(x, out, counts)
@@ -265,7 +268,7 @@ class Communicator:
 
     def _agree(self, ctx, hdr):
         if self.verify:
-            agree(ctx, hdr, capacity=self.small_bytes)
+            agree(ctx, hdr)
 
     def _ring(self, ctx, hdr, algo, *args):
         """Run a ring collective with its header check inside: the ring posts its
@@ -273,7 +276,7 @@ class Communicator:
         (Context.checked) before it reads a byte, so the header round trip
         overlaps data already moving."""
         if self.verify:
-            ctx.check = lambda: start_agreement(ctx, hdr, self.small_bytes)
+            ctx.check = lambda: start_agreement(ctx, hdr)
         algo(ctx, *args)
         ctx.checked()  # a path that posted nothing (one rank, zero counts) checks here
 

@@ -19,11 +19,16 @@ moment the last reduce-scatter step makes it final (on a tag of its own, so
 it cannot be taken for reduce-scatter data): the right neighbour pulls it
 while this rank is still reducing the next chunk.
 
-The header check. Each collective's first receives and sends are posted
-before the header agreement finishes (``ctx.checked``), and nothing
-received is read before it does: the header round trip overlaps data that is
-already moving, and a mismatch still raises before any of it is used.
-On two ranks the all-gather is one exchange (see _exchange).
+The header check. Each collective's first sends are posted before the
+header agreement finishes (``ctx.checked``), and its receives only after:
+a receive posted before the verdict could match a mismatched peer's longer
+message, and Open MPI 5's shared-memory transport writes the excess of a
+truncated message past the end of the receive buffer (measured: a
+mismatched two-rank all-gather wrote 8 KiB past the user's ``out``). The
+early sends cost nothing: MPI moves a large message only once its receive
+is posted, and posting receives early measured no faster (1 MiB, two ranks,
+alternating in one launch). On two ranks the all-gather is one exchange
+(see _exchange).
 
 Buffers. Reduce-scatter keeps partial results in two scratch segments used
 in turn (the one sent at step t + 1 is the one reduced at step t), and the
@@ -74,9 +79,9 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final
         send_seg, recv_seg = reduce_scatter_step(r, n, t)
         rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
         slot = [slots[(i % w) * ctx.chunk:(i % w) * ctx.chunk + c.size] for i, c in enumerate(rchunks)]
+        if t == 0:  # receive nothing before every rank is known to run this same collective
+            ctx.checked(sends)
         rreqs = [tr.irecv(slot[i], left, TAG_DATA) for i in range(min(w, len(rchunks)))]
-        if t == 0:  # the first data is posted both ways: the header check overlaps its transfer
-            ctx.checked(sends + rreqs)
         mine = x[_seg(offs, recv_seg)]
         dst = dest(t, recv_seg)
         forward = t + 1 < n - 1  # what we reduce now is sent at the next step
@@ -115,12 +120,6 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
     right, left = (r + 1) % n, (r - 1) % n
     offs = offsets(counts)
     chunk = ctx.chunk
-    steps = []  # per step: (segment, its chunks, their receive handles)
-    for t in range(n - 1):
-        _, recv_seg = all_gather_step(r, n, t)
-        view = buf[_seg(offs, recv_seg)]
-        rchunks = chunks(Range(0, counts[recv_seg]), chunk)
-        steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, tag) for c in rchunks]))
     mine = buf[_seg(offs, r)]
     src = mine if own is None else own
     if sent is None:
@@ -130,7 +129,13 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
     ctx.check_start()  # (all_gather) headers go out with the data, and travel while we copy
     if own is not None:
         ctx.kernels.copy(mine, own)
-    ctx.checked([h for _, _, _, hs in steps for h in hs] + sends)
+    ctx.checked(sends)
+    steps = []  # per step: (segment, its chunks, their receive handles), all posted now
+    for t in range(n - 1):
+        _, recv_seg = all_gather_step(r, n, t)
+        view = buf[_seg(offs, recv_seg)]
+        rchunks = chunks(Range(0, counts[recv_seg]), chunk)
+        steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, tag) for c in rchunks]))
     if tracing:
         ctx.record("send", phase="all-gather", step=0, peer=right, seg=r, offset=offs[r],
                    count=src.size, chunks=len(sends), nbytes=src.nbytes)
@@ -200,8 +205,9 @@ def _exchange(ctx, x, own, out, offs) -> None:
     tr, r = ctx.transport, ctx.rank
     peer = 1 - r
     theirs = out[_seg(offs, peer)]
-    posted = [tr.irecv(theirs, peer, TAG_DATA), tr.isend(x, peer, TAG_DATA)]
-    ctx.checked(posted)
+    send = tr.isend(x, peer, TAG_DATA)
+    ctx.checked([send])  # then receive: see "The header check" above
+    posted = [tr.irecv(theirs, peer, TAG_DATA), send]
     if ctx.tracer is not None:
         ctx.record("send", phase="all-gather", step=0, peer=peer, seg=r, offset=offs[r],
                    count=x.size, chunks=int(x.size > 0), nbytes=x.nbytes)

@@ -37,29 +37,29 @@ def _from_host(ctx, out, host: np.ndarray) -> None:
         ctx.kernels.copy(out, host)
 
 
-def all_reduce(ctx, header: list[int], x: np.ndarray, out: np.ndarray, op: str, capacity: int) -> None:
-    """out <- op-reduction of every rank's x (x.nbytes <= capacity on every rank)."""
+def all_reduce(ctx, header: list[int], x: np.ndarray, out: np.ndarray, op: str) -> None:
+    """out <- op-reduction of every rank's x (x.nbytes <= MAX_SMALL_BYTES)."""
     if ctx.kernels.device:
         host = _to_host(ctx, x)
-        agree(ctx, header, payload=host, op=op, capacity=capacity)
+        agree(ctx, header, payload=host, op=op)
         _from_host(ctx, out, host)
         return
-    agree(ctx, header, payload=out, op=op, capacity=capacity, source=x)
+    agree(ctx, header, payload=out, op=op, source=x)
 
 
-def reduce_scatter(ctx, header: list[int], x, out, counts: list[int], op: str, capacity: int) -> None:
-    """out <- segment ``rank`` of the reduction (x.nbytes <= capacity)."""
+def reduce_scatter(ctx, header: list[int], x, out, counts: list[int], op: str) -> None:
+    """out <- segment ``rank`` of the reduction (x.nbytes <= MAX_SMALL_BYTES)."""
     full = _to_host(ctx, x)
-    agree(ctx, header, payload=full, op=op, capacity=capacity)
+    agree(ctx, header, payload=full, op=op)
     lo = sum(counts[:ctx.rank])
     _from_host(ctx, out, full[lo:lo + counts[ctx.rank]])
 
 
-def all_gather(ctx, header: list[int], x, out, counts: list[int], capacity: int) -> None:
-    """out <- every rank's piece in rank order (out.nbytes <= capacity)."""
+def all_gather(ctx, header: list[int], x, out, counts: list[int]) -> None:
+    """out <- every rank's piece in rank order (out.nbytes <= MAX_SMALL_BYTES)."""
     item = out.dtype.itemsize
     lo = sum(counts[:ctx.rank]) * item
     full = np.zeros(out.nbytes, np.uint8)
     full[lo:lo + x.nbytes] = _to_host(ctx, x).view(np.uint8)
-    agree(ctx, header, payload=full, op="max", capacity=capacity)
+    agree(ctx, header, payload=full, op="max")
     _from_host(ctx, out, full.view(out.dtype))

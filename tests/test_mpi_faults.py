@@ -22,6 +22,11 @@ def _per_rank(proc, n):
     ("dtype", 3, ["dtype differs", "rank 0: float64", "rank 1: float32"]),
     ("order", 4, ["collective differs", "rank 0: all_gather", "rank 1: all_reduce"]),
     ("gather_counts", 2, ["count differs", "need counts="]),
+    # a header message with a payload meets a barrier's receive; ranks built with another small_bytes
+    ("barrier_vs_small", 2, ["collective differs", "rank 0: all_reduce", "rank 1: barrier"]),
+    ("barrier_vs_small", 3, ["collective differs", "rank 2: barrier"]),
+    ("small_bytes", 2, ["small differs", "rank 0: 1048576", "rank 1: 4096"]),
+    ("small_bytes", 3, ["small differs", "rank 2: 4096"]),
 ])
 def test_mismatch_fails_on_every_rank(case, n, words):
     _assert_mismatch_everywhere(case, n, words)
@@ -47,10 +52,14 @@ def _assert_mismatch_everywhere(case, n, words):
     ("ring_gather", 3, ["count differs", "need counts="]),
 ])
 def test_mismatch_after_data_was_posted(case, n, words):
-    """The ring posts its first data before the header verdict: a mismatch must still
-    raise the same error on every rank, and leave nothing behind for the next communicator."""
+    """The ring posts its first sends before the header verdict: a mismatch must still
+    raise the same error on every rank, write nothing past any output (Open MPI's
+    shared-memory transport writes a truncated message's excess past the receive
+    buffer, so no receive may be posted before the verdict), and leave nothing
+    behind for the next communicator."""
     for d in _assert_mismatch_everywhere(case, n, words).values():
         assert d["fresh_ok"] is True, d
+        assert d["guard"] == 0, d
 
 
 def test_timeout_names_the_absent_peer():

@@ -233,6 +233,42 @@ def test_mismatched_order_and_small_vs_ring_path():
     assert all(isinstance(e, MismatchError) and "collective differs" in str(e) for e in got), got
 
 
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_header_messages_always_fit_their_receive(world):
+    """A header message carrying a small payload meets a barrier's receive, and a
+    rank built with a larger small_bytes sends a payload past the others' limit:
+    both are mismatches on every rank, never a truncated receive (which Open MPI
+    may write past the buffer)."""
+    from collectives.agree import MAX_SMALL_BYTES
+    got = simulate(world, lambda c: c.all_reduce(np.ones(1000, np.float32)) if c.rank == 0 else c.barrier(),
+                   return_exceptions=True, timeout=10)
+    assert all(isinstance(e, MismatchError) and "collective differs" in str(e) for e in got), got
+
+    from collectives.transport import Fabric
+    fabric = Fabric(world)
+    errors = [None] * world
+
+    def run(rank):
+        c = Communicator(transport=fabric.transport(rank), timeout=10,
+                         small_bytes=MAX_SMALL_BYTES if rank == 0 else 1024)
+        try:
+            c.all_reduce(np.ones(MAX_SMALL_BYTES // 4, np.float32))  # rank 0: all of it in one header
+        except Exception as e:
+            errors[rank] = e
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert all(isinstance(e, MismatchError) and "small differs" in str(e) for e in errors), errors
+
+
+def test_small_bytes_is_capped():
+    from collectives.agree import MAX_SMALL_BYTES
+    from collectives.transport import Fabric
+    with pytest.raises(ValueError, match="small_bytes"):
+        Communicator(transport=Fabric(1).transport(0), small_bytes=MAX_SMALL_BYTES + 1)
+
+
 def test_timeout_names_rank_peer_and_step():
     def fn(c):
         if c.rank == 1:

@@ -17,6 +17,14 @@ rank, n = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
 comm = Communicator(timeout=float(sys.argv[2]) if len(sys.argv) > 2 else 20.0, chunk_bytes=4096)
 x = np.arange(10000, dtype=np.float32)
 out = {"rank": rank, "error": None, "message": ""}
+GUARD = 4096  # zeros after each ring_* case's output: a receive must never write past its buffer
+
+
+def guarded(count):
+    """An output of ``count`` elements with a guard region of zeros behind it."""
+    buf = np.zeros(count + GUARD, np.float32)
+    out["guard"] = buf[count:]
+    return buf[:count]
 try:
     comm.all_reduce(x)  # one good call first: sequence numbers advance together
     if case == "count":
@@ -32,13 +40,22 @@ try:
             comm.all_reduce(x)
     elif case == "gather_counts":
         comm.all_gather(x[: 100 + rank])
-    elif case == "ring_count":  # both ranks on the ring path: data was posted before the verdict
-        big = np.ones(1 << 18, np.float32)
-        comm.all_reduce(big[: (1 << 18) - 64 * (rank == n - 1)])
+    elif case == "ring_count":  # both ranks on the ring path, sends posted before the verdict
+        k = (1 << 18) - 64 * (rank == n - 1)
+        comm.all_reduce(np.ones(k, np.float32), out=guarded(k))
     elif case == "ring_op":
-        comm.reduce_scatter(np.ones(n << 16, np.float32), op="max" if rank == 0 else "sum")
-    elif case == "ring_gather":  # pieces of different sizes: early receives are the wrong size
-        comm.all_gather(np.ones((1 << 16) + 1000 * rank, np.float32))
+        comm.reduce_scatter(np.ones(n << 16, np.float32), op="max" if rank == 0 else "sum", out=guarded(1 << 16))
+    elif case == "ring_gather":  # pieces of different sizes: a receive posted early would overflow
+        k = (1 << 16) + 1000 * rank
+        comm.all_gather(np.ones(k, np.float32), out=guarded(k * n))
+    elif case == "barrier_vs_small":  # rank 0's header message carries 4000 bytes of payload
+        if rank == 0:
+            comm.all_reduce(np.ones(1000, np.float32))
+        else:
+            comm.barrier()
+    elif case == "small_bytes":  # rank 0 takes the small path with a payload past the others' small_bytes
+        odd = Communicator(timeout=20, small_bytes=(1 << 20) if rank == 0 else 4096)
+        odd.all_reduce(np.ones(1 << 16, np.float32))
     elif case == "absent":  # rank 1 never calls: the others time out naming it
         if rank != 1:
             comm.all_reduce(x)
@@ -53,6 +70,8 @@ try:
     out["message"] = "no error"
 except CollectiveError as e:
     out["error"], out["message"] = type(e).__name__, str(e)
+if "guard" in out:
+    out["guard"] = int(np.count_nonzero(out["guard"]))  # elements written past the output
 if case.startswith("ring_"):  # nothing leaked: a fresh communicator works, and so does MPI
     fresh = Communicator(timeout=20)
     y = fresh.all_reduce(np.full(1 << 18, rank + 1, np.float32))
