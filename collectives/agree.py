@@ -116,7 +116,7 @@ def _agreement(ctx, header, payload, op, source, pause):
     same = True  # every header heard so far equals ours
     folded, plan = _plan(ctx.rank, n)
     for peer, step, do_send, do_recv in plan:
-        hs = [tr.irecv(recv, peer, TAG_AGREE)] if do_recv else []
+        hs = [ctx.irecv(recv, peer, TAG_AGREE)] if do_recv else []
         if do_send:
             hs.append(tr.isend(send, peer, TAG_AGREE))
         if pause:  # the first round is posted: hand control back until the verdict is wanted
@@ -181,7 +181,7 @@ def _report(ctx, header: np.ndarray) -> None:
     handles = []
     for q in range(n):
         if q != r:
-            handles.append(tr.irecv(all_h[q], q, TAG_DETAIL))
+            handles.append(ctx.irecv(all_h[q], q, TAG_DETAIL))
             handles.append(tr.isend(header, q, TAG_DETAIL))
     ctx.wait(handles, peer=-1, step="mismatch report", chunk=0, what="exchange of headers")
     raise MismatchError(f"rank {r}: ranks disagree on a collective call. " + describe(all_h))

@@ -219,6 +219,7 @@ class Communicator:
                     ctx.tracer.end(label, rank=self.rank)
             except BaseException as e:
                 self._broken = e
+                ctx.abandon()
                 raise
             return result
 

@@ -46,6 +46,25 @@ class Context:
         self.cache = cache if cache is not None else {}  # per-communicator, for prepared views
         self.check = None  # starts the header agreement; see check_start and checked
         self._checking = None
+        self.recvs = []  # every receive this collective posted: see abandon
+
+    def irecv(self, buf, peer: int, tag: int):
+        """Post a receive through the transport and remember it for ``abandon``."""
+        h = self.transport.irecv(buf, peer, tag)
+        self.recvs.append(h)
+        return h
+
+    def abandon(self) -> None:
+        """After an error: cancel every receive still posted, and keep its handle
+        (and so its buffer) alive in the transport's ``orphans``. A peer that is
+        only late, not gone, may still send: its bytes must land in memory that
+        still exists, never in a buffer freed after the error."""
+        if self.recvs:
+            self.transport.cancel(self.recvs)
+            keep = getattr(self.transport, "orphans", None)
+            if keep is not None:
+                keep.extend(self.recvs)
+            self.recvs = []
 
     def check_start(self) -> None:
         """Post the header agreement's first messages (once; no-op without one)."""

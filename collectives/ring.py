@@ -81,7 +81,7 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final
         slot = [slots[(i % w) * ctx.chunk:(i % w) * ctx.chunk + c.size] for i, c in enumerate(rchunks)]
         if t == 0:  # receive nothing before every rank is known to run this same collective
             ctx.checked(sends)
-        rreqs = [tr.irecv(slot[i], left, TAG_DATA) for i in range(min(w, len(rchunks)))]
+        rreqs = [ctx.irecv(slot[i], left, TAG_DATA) for i in range(min(w, len(rchunks)))]
         mine = x[_seg(offs, recv_seg)]
         dst = dest(t, recv_seg)
         forward = t + 1 < n - 1  # what we reduce now is sent at the next step
@@ -94,7 +94,7 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final
             s = c.slice()
             k.reduce(op, mine[s], slot[i], dst[s])
             if i + w < len(rchunks):  # the slot is free again: post the receive w chunks ahead
-                rreqs.append(tr.irecv(slot[i + w], left, TAG_DATA))
+                rreqs.append(ctx.irecv(slot[i + w], left, TAG_DATA))
             if tracing:
                 ctx.record("reduce", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
                            offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize,
@@ -135,7 +135,7 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
         _, recv_seg = all_gather_step(r, n, t)
         view = buf[_seg(offs, recv_seg)]
         rchunks = chunks(Range(0, counts[recv_seg]), chunk)
-        steps.append((recv_seg, view, rchunks, [tr.irecv(view[c.slice()], left, tag) for c in rchunks]))
+        steps.append((recv_seg, view, rchunks, [ctx.irecv(view[c.slice()], left, tag) for c in rchunks]))
     if tracing:
         ctx.record("send", phase="all-gather", step=0, peer=right, seg=r, offset=offs[r],
                    count=src.size, chunks=len(sends), nbytes=src.nbytes)
@@ -207,7 +207,7 @@ def _exchange(ctx, x, own, out, offs) -> None:
     theirs = out[_seg(offs, peer)]
     send = tr.isend(x, peer, TAG_DATA)
     ctx.checked([send])  # then receive: see "The header check" above
-    posted = [tr.irecv(theirs, peer, TAG_DATA), send]
+    posted = [ctx.irecv(theirs, peer, TAG_DATA), send]
     if ctx.tracer is not None:
         ctx.record("send", phase="all-gather", step=0, peer=peer, seg=r, offset=offs[r],
                    count=x.size, chunks=int(x.size > 0), nbytes=x.nbytes)
@@ -258,7 +258,7 @@ def broadcast(ctx, buf: np.ndarray, root: int) -> None:
                        count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
         ctx.wait(sends, peer=right, step=0, chunk="all", what="send")
         return
-    rreqs = [tr.irecv(buf[c.slice()], left, TAG_DATA) for c in cs]
+    rreqs = [ctx.irecv(buf[c.slice()], left, TAG_DATA) for c in cs]
     sends = []
     for i, c in enumerate(cs):
         ctx.wait([rreqs[i]], peer=left, step=hop - 1, chunk=i, what="receive")

@@ -81,6 +81,17 @@ def test_timeout_mid_ring_names_step_and_chunk():
     assert "rank 0:" in msg and "from rank 1" in msg and "step 0" in msg and "chunk 0" in msg, msg
 
 
+def test_a_late_peer_writes_nothing_after_the_timeout():
+    """Rank 1 stalls past the deadline, then sends. The ranks that timed out have
+    cancelled every receive they posted: the late bytes land nowhere (before, the
+    general ring's all-gather left its other receives posted into ``out``)."""
+    proc = run_mpi(3, "faults.py", "late", "1.0", timeout=120)
+    res = _per_rank(proc, 3)
+    assert res[2]["error"] == "CollectiveTimeout" and "from rank 1" in res[2]["message"], res[2]
+    for d in res.values():  # ranks 0 and 1 may finish or time out, depending on timing
+        assert d["late_writes"] == 0, d
+
+
 def test_communicator_unusable_after_error():
     proc = run_mpi(2, "faults.py", "after_error", "20", timeout=120)
     for r, d in _per_rank(proc, 2).items():

@@ -341,3 +341,37 @@ def test_bad_arguments_raise_before_any_byte_moves():
     # nothing was sent: the wire is empty
     assert not any(fabric.messages.values())
     c.close()
+
+
+@pytest.mark.parametrize("case", ["all_reduce", "all_gather"])
+def test_a_timeout_mid_ring_leaves_no_receive_posted(case):
+    """Rank 1 stops forwarding after the header verdict (its sends are dropped);
+    every rank that times out has cancelled all the receives it posted, so a
+    late message could not land in a buffer the caller got back."""
+    from collectives.ring import TAG_DATA
+    from collectives.transport import Fabric
+    world, fabric = 3, Fabric(3)
+    errors = [None] * world
+
+    def run(rank):
+        c = Communicator(transport=fabric.transport(rank), timeout=0.5, chunk_bytes=1024, small_bytes=0)
+        if rank == 1:
+            sent = []
+
+            def fault(kind, peer, tag):  # its first 4 data chunks go, then it falls silent
+                if tag != TAG_DATA:
+                    return False
+                sent.append(tag)
+                return len(sent) > 4
+            c.transport.fault = fault
+        try:
+            getattr(c, case)(np.ones(3 << 12, np.float32))
+        except CollectiveTimeout as e:
+            errors[rank] = e
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert isinstance(errors[2], CollectiveTimeout) and "from rank 1" in str(errors[2]), errors
+    left = {k: len(v) for k, v in fabric.posted.items() if v}
+    assert not left, left

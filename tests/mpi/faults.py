@@ -67,9 +67,30 @@ try:
         comm.all_reduce(np.ones(1 << 18, np.float32))
     elif case == "after_error":
         comm.all_reduce(x[: 10000 - rank])
+    elif case == "late":  # rank 1 forwards its ring data two timeouts late; its right neighbour gives up first
+        T = float(sys.argv[2])
+        if rank == 1:
+            send, sent = comm.transport.isend, []
+
+            def late_send(buf, peer, tag):
+                if tag == TAG_DATA:
+                    sent.append(tag)
+                    if len(sent) == 17:  # its own 16 chunks went before the header verdict; now forwarding
+                        time.sleep(2 * T)
+                return send(buf, peer, tag)
+            comm.transport.isend = late_send
+        late_out = np.zeros(n << 14, np.float32)
+        comm.all_gather(np.full(1 << 14, rank + 1, np.float32), out=late_out)
     out["message"] = "no error"
 except CollectiveError as e:
     out["error"], out["message"] = type(e).__name__, str(e)
+if case == "late":  # after the error, nothing may land in the output any more
+    late_out[:] = 0
+    t_end = time.monotonic() + 3 * float(sys.argv[2])
+    while time.monotonic() < t_end:  # drive MPI's progress while rank 1's late data arrives
+        MPI.COMM_WORLD.Iprobe()
+        time.sleep(0.01)
+    out["late_writes"] = int(np.count_nonzero(late_out))
 if "guard" in out:
     out["guard"] = int(np.count_nonzero(out["guard"]))  # elements written past the output
 if case.startswith("ring_"):  # nothing leaked: a fresh communicator works, and so does MPI
@@ -85,4 +106,4 @@ if case == "after_error":  # the communicator refuses further use
         out["second"] = str(e)
 print(json.dumps(out), flush=True)
 sys.stdout.flush()
-MPI.COMM_WORLD.Barrier() if case not in ("absent", "drop") else None
+MPI.COMM_WORLD.Barrier() if case not in ("absent", "drop", "late") else None
