@@ -228,3 +228,29 @@ def test_stage3_prefetches_forward_then_backward_and_frees():
         return seen
     for seen in simulate(2, fn):
         assert seen == [["u1"], ["u2"], ["u2"], ["u1"], ["u0"], []]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("case,words", [
+    ("transposed", ["unit 'layer0' differs", "rank 0: W (6, 20), b (20,)", "W (20, 6), b (20,)"]),
+    ("stage", ["stage differs", "rank 0: 2", ": 3"]),
+    ("names", ["unit names differ", "['layer0']", "['layer1']"]),
+])
+def test_ranks_with_different_models_fail_at_construction(world, case, words):
+    """Collectives check sizes, not shapes: a transposed weight on one rank would
+    shard and train silently. ZeroOptimizer compares the models up front and
+    every rank says where they differ."""
+    def fn(c):
+        last = c.rank == c.size - 1
+        shape = (20, 6) if case == "transposed" and last else (6, 20)
+        name = "layer1" if case == "names" and last else "layer0"
+        stage = 3 if case == "stage" and last else 2
+        return ZeroOptimizer({name: {"W": np.ones(shape, np.float32), "b": np.zeros(20, np.float32)}},
+                             c, stage, SGD(lr=0.1))
+
+    got = simulate(world, fn, return_exceptions=True, timeout=10)
+    for r, e in enumerate(got):
+        assert isinstance(e, ValueError), (r, e)
+        assert f"rank {r}: ZeroOptimizer: ranks passed different models" in str(e)
+        for w in words:
+            assert w in str(e), (w, str(e))
