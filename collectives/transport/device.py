@@ -372,6 +372,7 @@ class DeviceTransport:
         self.backend = backend if backend is not None else CupyBackend()
         self.rank, self.size = host.rank, host.size
         self.fault = None
+        self.orphans = []  # operations cancelled after an error: kept, with their staging buffers, never reused
         self._send_cls, self._recv_cls = _OPS[mode]
         self._channels: dict = defaultdict(deque)
 
