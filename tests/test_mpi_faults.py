@@ -97,3 +97,14 @@ def test_communicator_unusable_after_error():
     for r, d in _per_rank(proc, 2).items():
         assert d["error"] == "MismatchError"
         assert "unusable after an earlier error" in d["second"], d
+
+
+@pytest.mark.parametrize("n,seed", [(2, 1), (3, 2), (4, 3)])
+def test_random_mismatches_fail_everywhere_and_write_nothing_past_outputs(n, seed):
+    """60 random one-field mismatches (tests/mpi/mismatch_fuzz.py) across the small
+    path, the two-rank exchange and the chunked ring: MismatchError on every rank,
+    no hang, and a guard region behind every output left untouched."""
+    proc = run_mpi(n, "mismatch_fuzz.py", str(seed), "60", timeout=240)
+    res = _per_rank(proc, n)
+    for d in res.values():
+        assert d["cases"] == 60 and d["failures"] == [], d["failures"][:5]
