@@ -12,8 +12,10 @@ any order and every result is checked (#wrong) before it is timed.
 Bus bandwidth (busbw) = algbw x factor: 2(n-1)/n for all-reduce, (n-1)/n for
 reduce-scatter and all-gather, 1 for broadcast (nccl-tests' convention).
 
-Each size is timed in rounds with the algorithms taking turns; time is the
-median over rounds. The "vs mpi" column is the median over rounds of the
+Each size is timed in rounds with the algorithms taking turns (each going
+first in turn); time is the median over rounds. At each size all algorithms
+share one set of buffers, so they move the very same memory (the output is
+reset before each algorithm's checked run). The "vs mpi" column is the median over rounds of the
 ratio within each round (paired): two timings taken back to back share the
 machine's state, so on a noisy machine the paired ratio drifts far less
 than a ratio of two separate medians (the JSON keeps both).
@@ -41,6 +43,7 @@ from collectives.dtypes import to_dtype  # noqa: E402
 from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+SENTINEL = 127  # never a right answer everywhere: the inputs are in [-8, 8] and vary by element
 
 
 def busbw_factor(op: str, n: int) -> float:
@@ -73,9 +76,15 @@ def pattern(count: int, rank: int, dtype) -> np.ndarray:
 
 
 class Case:
-    """One (op, dtype, size) for one algorithm: buffers, the call, and its check."""
+    """One (op, dtype, size) for one algorithm: buffers, the call, and its check.
 
-    def __init__(self, comm, op, redop, dtype, nbytes, xp):
+    ``like``: another algorithm's Case of the same (op, dtype, size), whose
+    buffers this one shares. Every algorithm then moves the very same memory:
+    with buffers of their own, whichever algorithm's were allocated first at a
+    size measured up to 30% slower (two-rank all-gather at 16 MiB, in every
+    order tried), which is the allocator's doing, not the algorithm's."""
+
+    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None):
         n, r = comm.size, comm.rank
         item = np.dtype(dtype).itemsize
         self.count = count = max(nbytes // item, 0)
@@ -85,6 +94,10 @@ class Case:
         self.nbytes = count * item
         self.comm, self.op, self.redop = comm, op, redop
         piece = count // n
+        self.xp = xp
+        if like is not None:
+            self.x, self.out, self.expect = like.x, like.out, like.expect
+            return
         host_full = pattern(count, r, dtype)
         if op == "all_reduce":
             self.x, self.out = xp.asarray(host_full), xp.empty(count, dtype)
@@ -177,14 +190,16 @@ def main(argv=None) -> int:
         for size in sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor):
             row, cases, times = {}, {}, {alg: [] for alg in algos}
             for alg in algos:
-                case = cases[alg] = Case(comms[alg], op, a.redop, dtype, size, xp)
+                first = cases[algos[0]] if cases else None
+                case = cases[alg] = Case(comms[alg], op, a.redop, dtype, size, xp, like=first)
+                case.out[...] = SENTINEL  # shared buffers: a result left by the last algorithm must not count
                 case.run()
                 wrong = world.allreduce(case.wrong(), op=MPI.SUM)
                 for _ in range(a.warmup_iters):
                     case.run()
                 row[alg] = {"wrong": wrong}
-            for _ in range(max(a.rounds, 1)):  # algorithms take turns, so drift touches all alike
-                for alg in algos:
+            for rnd in range(max(a.rounds, 1)):  # algorithms take turns, so drift touches all alike,
+                for alg in algos[rnd % len(algos):] + algos[:rnd % len(algos)]:  # each going first in turn
                     case = cases[alg]
                     comms[alg].barrier()
                     world.Barrier()
