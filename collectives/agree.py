@@ -38,7 +38,8 @@ from .schedule import halving_peers
 
 TAG_AGREE = 11
 TAG_DETAIL = 12
-MAX_SMALL_BYTES = 1 << 20  # the largest payload that may ride in a header message, on any rank
+MAX_SMALL_BYTES = 256 * 1024  # the largest payload that may ride in a header message, on any rank
+# (every communicator keeps a receive buffer this large: 2x the default small_bytes)
 
 FIELDS = ("version", "seq", "collective", "op", "dtype", "count", "counts", "root",
           "algorithm", "chunk", "small", "device")

@@ -40,7 +40,7 @@ class Communicator:
         exchange (recursive doubling); reduce-scatters and all-gathers, which
         move the whole buffer on that road, up to a quarter of it (the
         crossovers measured on 2 ranks here: 128 KiB and 32-64 KiB). At most
-        MAX_SMALL_BYTES (1 MiB): every header receive has room for that much.
+        MAX_SMALL_BYTES (256 KiB): every header receive has room for that much.
       verify: run the header agreement before every collective (on by
         default; benchmarks of MPI's own collectives turn it off). Off, a
         mismatched call is undefined behaviour, as it is in MPI.
