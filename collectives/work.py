@@ -69,7 +69,7 @@ class Engine:
         work = Work(label)
         with self._cv:
             if self._closed:
-                raise RuntimeError(f"{self._name}: communicator is closed")
+                raise RuntimeError(f"{self._name}: communicator is closed ({label})")
             self._inflight += 1
             self._queue.append((fn, work))
             if self._thread is None:
@@ -81,6 +81,8 @@ class Engine:
     def run(self, fn, label: str):
         """Run ``fn`` now on this thread if nothing is queued, else after the queue."""
         with self._cv:
+            if self._closed:
+                raise RuntimeError(f"{self._name}: communicator is closed ({label})")
             inline = self._inflight == 0 and not self._inline
             if inline:
                 self._inline = True

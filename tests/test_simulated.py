@@ -375,3 +375,16 @@ def test_a_timeout_mid_ring_leaves_no_receive_posted(case):
     assert isinstance(errors[2], CollectiveTimeout) and "from rank 1" in str(errors[2]), errors
     left = {k: len(v) for k, v in fabric.posted.items() if v}
     assert not left, left
+
+
+def test_a_closed_communicator_refuses_every_call():
+    """After close(), blocking and async calls raise a clear error instead of
+    reaching a freed MPI communicator (MPI_ERR_COMM) or, on one rank, working."""
+    from collectives.transport import Fabric
+    c = Communicator(transport=Fabric(1).transport(0))
+    c.close()
+    for call in (lambda: c.all_reduce(np.ones(4)), lambda: c.all_reduce(np.ones(4), async_op=True),
+                 lambda: c.barrier(), lambda: c.broadcast(np.ones(4))):
+        with pytest.raises(RuntimeError, match="communicator is closed"):
+            call()
+    c.close()  # closing twice is harmless
