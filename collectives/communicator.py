@@ -35,7 +35,8 @@ class Communicator:
       timeout: seconds every collective may take before it raises
         CollectiveTimeout naming the rank, peer, step and chunk.
       chunk_bytes: the ring's chunk size; small values exercise the
-        multi-chunk paths in tests.
+        multi-chunk paths in tests. At most 1 GiB (ring.MAX_MESSAGE_BYTES):
+        one MPI message must stay under 2 GiB.
       small_bytes: all-reduces of up to this many bytes ride in the header
         exchange (recursive doubling); reduce-scatters and all-gathers, which
         move the whole buffer on that road, up to a quarter of it (the
@@ -58,9 +59,9 @@ class Communicator:
             raise ValueError(f"unknown algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        if chunk_bytes < 1 or not 0 <= small_bytes <= MAX_SMALL_BYTES:
-            raise ValueError(f"bad chunk_bytes={chunk_bytes} or small_bytes={small_bytes} "
-                             f"(chunk_bytes >= 1, 0 <= small_bytes <= {MAX_SMALL_BYTES})")
+        if not 1 <= chunk_bytes <= ring.MAX_MESSAGE_BYTES or not 0 <= small_bytes <= MAX_SMALL_BYTES:
+            raise ValueError(f"bad chunk_bytes={chunk_bytes} or small_bytes={small_bytes} (1 <= chunk_bytes "
+                             f"<= {ring.MAX_MESSAGE_BYTES}, 0 <= small_bytes <= {MAX_SMALL_BYTES})")
         if window < 1:
             raise ValueError(f"window must be >= 1 chunk, got {window}")
         self.algorithm, self.timeout = algorithm, float(timeout)

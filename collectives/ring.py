@@ -43,6 +43,7 @@ import numpy as np
 
 from .schedule import Range, all_gather_step, chunks, offsets, reduce_scatter_step
 
+MAX_MESSAGE_BYTES = 1 << 30  # MPI counts are C ints: a 2 GiB + 4 KiB message failed here (MPI_ERR_ARG)
 TAG_DATA = 21
 TAG_GATHER = 23  # all-reduce's all-gather half: its first chunks leave during the reduce-scatter
 
@@ -196,28 +197,34 @@ def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
 
 
 def _exchange(ctx, x, own, out, offs) -> None:
-    """The all-gather of two ranks: the ring's one step, as one message each way
-    straight from x into the peer's place in out. Chunks exist so a rank can
-    forward what it has while the rest arrives; on two ranks nobody forwards,
-    so MPI copies each piece in one go (no per-chunk rendezvous). x is copied
-    into its own place last, as Open MPI's two-rank all-gather does: copying
-    it first (to overlap the header round trip) measured worse from 4 MiB up."""
+    """The all-gather of two ranks: the ring's one step, straight from x into
+    the peer's place in out. Chunks exist so a rank can forward what it has
+    while the rest arrives; on two ranks nobody forwards, so each piece goes
+    as one message (no per-chunk rendezvous), or as messages of
+    MAX_MESSAGE_BYTES when it is larger. x is copied into its own place last,
+    as Open MPI's two-rank all-gather does: copying it first (to overlap the
+    header round trip) measured worse from 4 MiB up."""
     tr, r = ctx.transport, ctx.rank
+    tracing = ctx.tracer is not None
     peer = 1 - r
     theirs = out[_seg(offs, peer)]
-    send = tr.isend(x, peer, TAG_DATA)
-    ctx.checked([send])  # then receive: see "The header check" above
-    posted = [ctx.irecv(theirs, peer, TAG_DATA), send]
-    if ctx.tracer is not None:
+    step = max(1, MAX_MESSAGE_BYTES // x.itemsize)
+    sends = [tr.isend(x[c.slice()], peer, TAG_DATA) for c in chunks(Range(0, x.size), step)]
+    ctx.checked(sends)  # then receive: see "The header check" above
+    rchunks = chunks(Range(0, theirs.size), step)
+    recvs = [ctx.irecv(theirs[c.slice()], peer, TAG_DATA) for c in rchunks]
+    if tracing:
         ctx.record("send", phase="all-gather", step=0, peer=peer, seg=r, offset=offs[r],
-                   count=x.size, chunks=int(x.size > 0), nbytes=x.nbytes)
-    ctx.wait(posted[:1], peer=peer, step=0, chunk=0, what="receive")
-    if ctx.tracer is not None and theirs.size:  # as the ring: an empty segment has no chunks
-        ctx.record("recv", phase="all-gather", step=0, peer=peer, seg=peer, chunk=0, offset=offs[peer],
-                   count=theirs.size, nbytes=theirs.nbytes, data=theirs)
+                   count=x.size, chunks=len(sends), nbytes=x.nbytes)
+    for i, c in enumerate(rchunks):
+        ctx.wait(recvs[i:i + 1], peer=peer, step=0, chunk=i, what="receive")
+        if tracing:
+            ctx.record("recv", phase="all-gather", step=0, peer=peer, seg=peer, chunk=i,
+                       offset=offs[peer] + c.start, count=c.size, nbytes=c.size * x.itemsize,
+                       data=theirs[c.slice()])
     if own is not None:
         ctx.kernels.copy(own, x)
-    ctx.wait(posted[1:], peer=peer, step=0, chunk="all", what="send")
+    ctx.wait(sends, peer=peer, step=0, chunk="all", what="send")
 
 
 def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) -> None:

@@ -31,13 +31,15 @@ def simulate(world: int, fn, *, timeout: float = 30.0, return_exceptions: bool =
     errors: list = [None] * world
 
     def run(rank: int) -> None:
-        comm = Communicator(transport=fabric.transport(rank), timeout=timeout, **comm_kwargs)
-        try:
+        comm = None
+        try:  # a bad keyword fails the constructor: reported like any other error
+            comm = Communicator(transport=fabric.transport(rank), timeout=timeout, **comm_kwargs)
             results[rank] = fn(comm)
         except BaseException as e:  # reported below, per rank
             errors[rank] = e
         finally:
-            comm.close()
+            if comm is not None:
+                comm.close()
 
     threads = [threading.Thread(target=run, args=(r,), name=f"sim-rank-{r}") for r in range(world)]
     for t in threads:

@@ -388,3 +388,38 @@ def test_a_closed_communicator_refuses_every_call():
         with pytest.raises(RuntimeError, match="communicator is closed"):
             call()
     c.close()  # closing twice is harmless
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_two_rank_all_gather_splits_pieces_past_the_message_limit(monkeypatch, traced):
+    """One MPI message must stay under 2 GiB (a 2 GiB + 4 KiB message fails with
+    MPI_ERR_ARG here), so the two-rank exchange sends a larger piece as several
+    messages. With the limit made tiny: uneven pieces, one of them empty."""
+    from collectives import ring
+    from collectives.trace import Tracer
+    monkeypatch.setattr(ring, "MAX_MESSAGE_BYTES", 4096)
+    counts = [2500, 0]
+    tracer = Tracer() if traced else None
+
+    def fn(c):
+        x = np.arange(counts[c.rank], dtype=np.float64) + 1000 * c.rank
+        return c.all_gather(x, counts=counts)
+
+    got = simulate(2, fn, tracer=tracer, chunk_bytes=4096, small_bytes=0)
+    want = np.concatenate([np.arange(k, dtype=np.float64) + 1000 * q for q, k in enumerate(counts)])
+    assert all(np.array_equal(g, want) for g in got)
+    if traced:
+        recvs = [e for e in tracer.events if e["action"] == "recv" and e["rank"] == 1]
+        assert [e["count"] for e in recvs] == [512, 512, 512, 512, 452]  # 4096-byte messages of float64
+
+
+def test_chunk_bytes_is_capped_at_the_message_limit():
+    from collectives import ring
+    from collectives.transport import Fabric
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        Communicator(transport=Fabric(1).transport(0), chunk_bytes=ring.MAX_MESSAGE_BYTES + 1)
+
+
+def test_simulate_reports_a_constructor_error():
+    with pytest.raises(ValueError, match="window"):
+        simulate(2, lambda c: c.barrier(), window=0)
