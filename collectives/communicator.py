@@ -355,9 +355,13 @@ class Communicator:
 
     def _check_counts(self, counts, what):
         try:
-            counts = [int(c) for c in counts]
-        except (TypeError, ValueError):
+            given = list(counts)
+        except TypeError:
             raise TypeError(f"{what}: counts must be a sequence of integers, got {counts!r}") from None
+        bad = [c for c in given if not isinstance(c, numbers.Integral)]
+        if bad:  # int(2.5) would quietly make it 2
+            raise TypeError(f"{what}: counts must be integers, got {bad[0]!r} in {given!r}")
+        counts = [int(c) for c in given]
         if len(counts) != self.size:
             raise ValueError(f"{what}: counts has {len(counts)} entries, world size is {self.size}")
         if any(c < 0 for c in counts):

@@ -332,6 +332,10 @@ def test_bad_arguments_raise_before_any_byte_moves():
         c.reduce_scatter(x, counts=[10])
     with pytest.raises(ValueError, match="counts\\[0\\]"):
         c.all_gather(x, counts=[3, 3])
+    with pytest.raises(TypeError, match="counts must be integers, got 2.5"):
+        c.reduce_scatter(x, counts=[2.5, 7.5])  # not quietly [2, 7]
+    with pytest.raises(TypeError, match="sequence of integers"):
+        c.all_gather(x, counts=10)
     with pytest.raises(ValueError, match="overlap"):
         c.reduce_scatter(x, out=x[:5])
     with pytest.raises(ValueError, match="root"):
