@@ -22,7 +22,8 @@ writes a truncated message's excess past the end of the receive buffer.
 Cost: ceil(log2 N) (+2 when N is not a power of two) messages of 192 bytes
 per collective; a barrier is exactly this exchange. The ring hides it:
 ``start_agreement`` posts the first round and returns, so the headers travel
-while the ring's first data does (see ring.py, Context.checked).
+while the ring posts its first sends and does its local work (see ring.py,
+Context.checked).
 """
 from __future__ import annotations
 

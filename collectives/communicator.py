@@ -274,9 +274,9 @@ class Communicator:
 
     def _ring(self, ctx, hdr, algo, *args):
         """Run a ring collective with its header check inside: the ring posts its
-        first receives and sends, then starts and finishes the agreement
-        (Context.checked) before it reads a byte, so the header round trip
-        overlaps data already moving."""
+        first sends, then starts and finishes the agreement (Context.checked)
+        before it posts a receive, so the header round trip overlaps the sends
+        and the local work, and no receive exists before the verdict."""
         if self.verify:
             ctx.check = lambda: start_agreement(ctx, hdr)
         algo(ctx, *args)

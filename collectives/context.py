@@ -76,12 +76,13 @@ class Context:
         """Finish the header agreement: return once every rank is known to run
         this same collective, or raise MismatchError/CollectiveTimeout.
 
-        The ring posts its first receives and sends, starts the agreement,
-        does local work, and only then calls this, before it reads anything
-        received: the header round trip overlaps data already moving. On an
-        error the data handles in ``posted`` are cancelled where MPI can, and
-        kept alive where it cannot (a live request must not be freed); the
-        communicator refuses further use, so nothing ever reads them.
+        The ring posts its first sends, starts the agreement, does local
+        work, and only then calls this, before it posts any receive (a
+        receive posted before the verdict could match a mismatched peer's
+        longer message: see ring.py, "The header check"). On an error the
+        handles in ``posted`` are cancelled where MPI can, and kept alive
+        where it cannot (a live request must not be freed); the communicator
+        refuses further use.
         """
         self.check_start()
         it, self._checking = self._checking, None
