@@ -20,3 +20,16 @@ def test_grid_matches_numpy_and_mpi(n):
     for r in res:
         assert r["nfail"] == 0, f"rank {r['rank']}: {r['nfail']} failures, e.g. {r['failures']}"
         assert r["cases"] > 2500  # the grid really ran
+
+
+@pytest.mark.parametrize("n,seed", [(2, 1), (3, 2), (4, 3)])
+def test_random_calls_match_mpi(n, seed):
+    """400 seeded random calls (tests/mpi/call_fuzz.py): collective, dtype, op, size,
+    uneven counts, in place, async with several in flight, four communicator
+    settings; each result bit for bit equal to MPI's own collective's."""
+    proc = run_mpi(n, "call_fuzz.py", str(seed), "400", timeout=300)
+    res = _results(proc)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(r["rank"] for r in res) == list(range(n)), proc.stdout + proc.stderr[-2000:]
+    for r in res:
+        assert r["calls"] == 400 and r["failures"] == [], r["failures"][:5]
