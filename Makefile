@@ -36,9 +36,9 @@ demo: $(STAMP)  ## one correctness line per collective, a short ring-vs-MPI swee
 explain: $(STAMP)  ## the ring step by step on 4 simulated ranks, drawn to ring.svg
 	$(BIN)/python -m collectives.explain all_reduce --ranks 4 --count 16 --svg ring.svg
 
-bench: $(STAMP)  ## default sweep on 2 ranks, ring vs MPI, JSON under bench/results/
+bench: $(STAMP)  ## default sweep on 2 ranks: ring, MPI and the bare ring (the ceiling); JSON under bench/results/
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \
-		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi \
+		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,p2p \
 		--json bench/results/collectives-cpu-n$(NP).json
 
 gpu-check: $(STAMP)  ## on a GPU machine: GPU tests, kernel and collective benchmarks

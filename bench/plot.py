@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-STYLES = {"ring": "-", "mpi": "--", "nccl": ":"}
+STYLES = {"ring": "-", "mpi": "--", "nccl": ":", "p2p": "-."}
 MARKERS = {"all_reduce": "o", "reduce_scatter": "s", "all_gather": "^", "broadcast": "D"}
 
 
