@@ -100,7 +100,7 @@ def start_agreement(ctx, header: list[int]):
 
 
 def _agreement(ctx, header, payload, op, source, pause):
-    n, tr = ctx.size, ctx.transport
+    n = ctx.size
     if n == 1:
         if source is not None and source is not payload:
             np.copyto(payload, source)
@@ -120,7 +120,7 @@ def _agreement(ctx, header, payload, op, source, pause):
     for peer, step, do_send, do_recv in plan:
         hs = [ctx.irecv(recv, peer, TAG_AGREE)] if do_recv else []
         if do_send:
-            hs.append(tr.isend(send, peer, TAG_AGREE))
+            hs.append(ctx.isend(send, peer, TAG_AGREE))
         if pause:  # the first round is posted: hand control back until the verdict is wanted
             pause = False
             yield
@@ -177,14 +177,14 @@ def _plan(rank: int, world: int):
 
 def _report(ctx, header: np.ndarray) -> None:
     """Every rank got here: swap full headers to say exactly who differs."""
-    n, r, tr = ctx.size, ctx.rank, ctx.transport
+    n, r = ctx.size, ctx.rank
     all_h = np.empty((n, NF), np.int64)
     all_h[r] = header
     handles = []
     for q in range(n):
         if q != r:
             handles.append(ctx.irecv(all_h[q], q, TAG_DETAIL))
-            handles.append(tr.isend(header, q, TAG_DETAIL))
+            handles.append(ctx.isend(header, q, TAG_DETAIL))
     ctx.wait(handles, peer=-1, step="mismatch report", chunk=0, what="exchange of headers")
     raise MismatchError(f"rank {r}: ranks disagree on a collective call. " + describe(all_h))
 

@@ -46,25 +46,33 @@ class Context:
         self.cache = cache if cache is not None else {}  # per-communicator, for prepared views
         self.check = None  # starts the header agreement; see check_start and checked
         self._checking = None
-        self.recvs = []  # every receive this collective posted: see abandon
+        self.posted = []  # every send and receive this collective posted: see abandon
+
+    def isend(self, buf, peer: int, tag: int):
+        """Post a send through the transport and remember it for ``abandon``."""
+        h = self.transport.isend(buf, peer, tag)
+        self.posted.append(h)
+        return h
 
     def irecv(self, buf, peer: int, tag: int):
         """Post a receive through the transport and remember it for ``abandon``."""
         h = self.transport.irecv(buf, peer, tag)
-        self.recvs.append(h)
+        self.posted.append(h)
         return h
 
     def abandon(self) -> None:
-        """After an error: cancel every receive still posted, and keep its handle
-        (and so its buffer) alive in the transport's ``orphans``. A peer that is
-        only late, not gone, may still send: its bytes must land in memory that
-        still exists, never in a buffer freed after the error."""
-        if self.recvs:
-            self.transport.cancel(self.recvs)
+        """After any error: cancel what this collective still has posted, where
+        MPI can, and keep every handle (and so its buffer) alive in the
+        transport's ``orphans``: a live request must not be freed, and a peer
+        that is only late, not gone, may still send, so its bytes must land in
+        memory that still exists, never in a buffer freed after the error. The
+        communicator refuses further use, so nothing reads them."""
+        if self.posted:
+            self.transport.cancel(self.posted)
             keep = getattr(self.transport, "orphans", None)
             if keep is not None:
-                keep.extend(self.recvs)
-            self.recvs = []
+                keep.extend(self.posted)
+            self.posted = []
 
     def check_start(self) -> None:
         """Post the header agreement's first messages (once; no-op without one)."""
@@ -72,32 +80,21 @@ class Context:
             start, self.check = self.check, None
             self._checking = start()
 
-    def checked(self, posted=()) -> None:
+    def checked(self) -> None:
         """Finish the header agreement: return once every rank is known to run
         this same collective, or raise MismatchError/CollectiveTimeout.
 
         The ring posts its first sends, starts the agreement, does local
         work, and only then calls this, before it posts any receive (a
         receive posted before the verdict could match a mismatched peer's
-        longer message: see ring.py, "The header check"). On an error the
-        handles in ``posted`` are cancelled where MPI can, and kept alive
-        where it cannot (a live request must not be freed); the communicator
-        refuses further use.
+        longer message: see ring.py, "The header check"). On an error, the
+        sends already posted are dealt with by ``abandon``, as after any error.
         """
         self.check_start()
         it, self._checking = self._checking, None
-        if it is None:
-            return
-        try:
+        if it is not None:
             for _ in it:
                 pass
-        except BaseException:
-            if posted:
-                self.transport.cancel(posted)
-                keep = getattr(self.transport, "orphans", None)
-                if keep is not None:
-                    keep.extend(posted)
-            raise
 
     def wait(self, handles, *, peer: int, step, chunk, what: str) -> None:
         """Block until every handle completes, or raise at the deadline."""

@@ -62,7 +62,7 @@ def _seg(offs: list[int], s: int) -> slice:
 def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final=None) -> None:
     """Ring reduce-scatter steps 0 .. N-2; ``dest(step, seg)`` is where a partial lands.
     ``on_final(view)`` sees each chunk of this rank's own segment as soon as it is final."""
-    n, r, tr, k = ctx.size, ctx.rank, ctx.transport, ctx.kernels
+    n, r, k = ctx.size, ctx.rank, ctx.kernels
     tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
     offs = offsets(counts)
@@ -71,7 +71,7 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final
 
     send_seg, _ = reduce_scatter_step(r, n, 0)
     src = x[_seg(offs, send_seg)]
-    sends = [tr.isend(src[c.slice()], right, TAG_DATA)
+    sends = [ctx.isend(src[c.slice()], right, TAG_DATA)
              for c in chunks(Range(0, counts[send_seg]), ctx.chunk)]
     if tracing:
         ctx.record("send", phase="reduce-scatter", step=0, peer=right, seg=send_seg, offset=offs[send_seg],
@@ -81,7 +81,7 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final
         rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
         slot = [slots[(i % w) * ctx.chunk:(i % w) * ctx.chunk + c.size] for i, c in enumerate(rchunks)]
         if t == 0:  # receive nothing before every rank is known to run this same collective
-            ctx.checked(sends)
+            ctx.checked()
         rreqs = [ctx.irecv(slot[i], left, TAG_DATA) for i in range(min(w, len(rchunks)))]
         mine = x[_seg(offs, recv_seg)]
         dst = dest(t, recv_seg)
@@ -101,7 +101,7 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final
                            offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize,
                            data=dst[s])
             if forward:
-                next_sends.append(tr.isend(dst[s], right, TAG_DATA))
+                next_sends.append(ctx.isend(dst[s], right, TAG_DATA))
             elif on_final is not None:
                 on_final(dst[s])
         ctx.wait(sends, peer=right, step=t, chunk="all", what="send")
@@ -116,7 +116,7 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
     """Ring all-gather steps in place: ``buf`` holds this rank's segment already,
     or it is in ``own`` (then copied into ``buf`` while the first step is on the wire).
     ``sent``: handles of the first step's sends, when the caller posted them early."""
-    n, r, tr = ctx.size, ctx.rank, ctx.transport
+    n, r = ctx.size, ctx.rank
     tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
     offs = offsets(counts)
@@ -124,13 +124,13 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
     mine = buf[_seg(offs, r)]
     src = mine if own is None else own
     if sent is None:
-        sends = [tr.isend(src[c.slice()], right, tag) for c in chunks(Range(0, counts[r]), chunk)]
+        sends = [ctx.isend(src[c.slice()], right, tag) for c in chunks(Range(0, counts[r]), chunk)]
     else:
         sends = list(sent)
     ctx.check_start()  # (all_gather) headers go out with the data, and travel while we copy
     if own is not None:
         ctx.kernels.copy(mine, own)
-    ctx.checked(sends)
+    ctx.checked()
     steps = []  # per step: (segment, its chunks, their receive handles), all posted now
     for t in range(n - 1):
         _, recv_seg = all_gather_step(r, n, t)
@@ -149,7 +149,7 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
                            offset=offs[seg] + c.start, count=c.size, nbytes=c.size * buf.itemsize,
                            data=view[c.slice()])
             if forward:
-                sends.append(tr.isend(view[c.slice()], right, tag))
+                sends.append(ctx.isend(view[c.slice()], right, tag))
         if forward:
             if tracing:
                 ctx.record("send", phase="all-gather", step=t + 1, peer=right, seg=seg, offset=offs[seg],
@@ -204,13 +204,13 @@ def _exchange(ctx, x, own, out, offs) -> None:
     MAX_MESSAGE_BYTES when it is larger. x is copied into its own place last,
     as Open MPI's two-rank all-gather does: copying it first (to overlap the
     header round trip) measured worse from 4 MiB up."""
-    tr, r = ctx.transport, ctx.rank
+    r = ctx.rank
     tracing = ctx.tracer is not None
     peer = 1 - r
     theirs = out[_seg(offs, peer)]
     step = max(1, MAX_MESSAGE_BYTES // x.itemsize)
-    sends = [tr.isend(x[c.slice()], peer, TAG_DATA) for c in chunks(Range(0, x.size), step)]
-    ctx.checked(sends)  # then receive: see "The header check" above
+    sends = [ctx.isend(x[c.slice()], peer, TAG_DATA) for c in chunks(Range(0, x.size), step)]
+    ctx.checked()  # then receive: see "The header check" above
     rchunks = chunks(Range(0, theirs.size), step)
     recvs = [ctx.irecv(theirs[c.slice()], peer, TAG_DATA) for c in rchunks]
     if tracing:
@@ -243,7 +243,7 @@ def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) 
     early = []  # our own segment's chunks go out the moment they are final
 
     def send_final(view):
-        early.append(ctx.transport.isend(view, right, TAG_GATHER))
+        early.append(ctx.isend(view, right, TAG_GATHER))
 
     _reduce_phase(ctx, x, counts, op, lambda t, seg: out[_seg(offs, seg)], on_final=send_final)
     _gather_phase(ctx, out, counts, sent=early, tag=TAG_GATHER)
@@ -251,7 +251,7 @@ def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) 
 
 def broadcast(ctx, buf: np.ndarray, root: int) -> None:
     """Pipelined chain from ``root`` around the ring; ``buf`` is in and out."""
-    n, r, tr = ctx.size, ctx.rank, ctx.transport
+    n, r = ctx.size, ctx.rank
     tracing = ctx.tracer is not None
     if n == 1:
         return
@@ -259,7 +259,7 @@ def broadcast(ctx, buf: np.ndarray, root: int) -> None:
     hop = (r - root) % n  # 0 at the root, n-1 at the end of the chain
     cs = chunks(Range(0, buf.size), ctx.chunk)
     if hop == 0:
-        sends = [tr.isend(buf[c.slice()], right, TAG_DATA) for c in cs]
+        sends = [ctx.isend(buf[c.slice()], right, TAG_DATA) for c in cs]
         if tracing:
             ctx.record("send", phase="broadcast", step=0, peer=right, seg=root, offset=0,
                        count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
@@ -273,7 +273,7 @@ def broadcast(ctx, buf: np.ndarray, root: int) -> None:
             ctx.record("recv", phase="broadcast", step=hop - 1, peer=left, seg=root, chunk=i, offset=c.start,
                        count=c.size, nbytes=c.size * buf.itemsize, data=buf[c.slice()])
         if hop < n - 1:
-            sends.append(tr.isend(buf[c.slice()], right, TAG_DATA))
+            sends.append(ctx.isend(buf[c.slice()], right, TAG_DATA))
     if hop < n - 1:
         if tracing:
             ctx.record("send", phase="broadcast", step=hop, peer=right, seg=root, offset=0,

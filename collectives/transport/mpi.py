@@ -33,7 +33,7 @@ class MpiTransport:
         cores = set().union(*local.allgather(sorted(os.sched_getaffinity(0))))
         local.Free()
         self.oversubscribed = self.local_size > len(cores)
-        self.orphans = []  # data posted before a failed header check: kept alive, never completed
+        self.orphans = []  # requests of a collective that failed: kept alive (see Context.abandon)
         self.fault = None  # test-only hook: fault(kind, peer, tag) -> True drops the message
 
     def isend(self, buf: np.ndarray, peer: int, tag: int):
