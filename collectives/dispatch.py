@@ -17,6 +17,7 @@ from . import ring, small
 from .agree import agree, start_agreement
 from .arrays import Array, same_buffer
 from .context import Context
+from .dtypes import is_floating
 from .errors import CollectiveError
 from .kernels import NUMPY_KERNELS
 from .schedule import split_counts
@@ -76,7 +77,7 @@ class Dispatcher:
         post = False
         if op == "avg":
             op = "sum"
-            if out.dtype.kind == "f":
+            if is_floating(out.dtype):
                 # floats are divided by N before the sum, as NCCL does: partial sums
                 # stay in range (float16 does not overflow N times earlier)
                 if x is not out:
@@ -99,7 +100,7 @@ class Dispatcher:
         x, out = xa.flat, oa.flat
         post = False
         if op == "avg":
-            if x.dtype.kind == "f":  # pre-scale (see _run_all_reduce) into a scratch copy of x
+            if is_floating(x.dtype):  # pre-scale (see _run_all_reduce) into a scratch copy of x
                 tmp = ctx.scratch("prescale", x.size, x.dtype)
                 ctx.kernels.copy(tmp, x)
                 ctx.kernels.scale(tmp, self.size)
