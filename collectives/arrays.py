@@ -200,8 +200,12 @@ NUMPY, CUPY, TORCH = _Numpy(), _Cupy(), _Torch()
 def _span(a: Array) -> tuple[int, int]:
     """[first byte, past the last byte) of a contiguous buffer."""
     f = a.flat
-    start = f.data.ptr if a.device else f.__array_interface__["data"][0]
+    start = _address(f)
     return start, start + f.nbytes
+
+
+def _address(f) -> int:
+    return f.__array_interface__["data"][0] if isinstance(f, np.ndarray) else f.data.ptr  # numpy, cupy
 
 
 def same_buffer(a: Array, b: Array) -> bool:
@@ -240,8 +244,7 @@ def check_overlap(collective: str, x: Array, out: Array, rank: int = 0, offset: 
         return
     if collective == "all_gather":
         own = out.flat[offset:offset + x.size]
-        start = own.data.ptr if out.device else own.__array_interface__["data"][0]
-        if own.size == x.size and start == _span(x)[0]:
+        if own.size == x.size and _address(own) == _address(x.flat):
             return
         allowed = f"x may only be exactly its own segment of out (elements {offset}..{offset + x.size})"
     elif collective == "reduce_scatter":
