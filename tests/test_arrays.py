@@ -433,3 +433,20 @@ def test_torch_cuda_on_a_gpu():
             assert ag.double().tolist() == (base[:5] * 1).tolist() + (base[:5] * 2).tolist(), name
             assert rs.double().tolist() == (base[:10] * 3)[r * 5:r * 5 + 5].tolist(), name
             assert bc.double().tolist() == (base[:4] * 2).tolist(), name
+
+
+# ------------------------------------------------ real ranks
+def test_torch_tensors_under_mpirun(mpi):
+    """tests/mpi/torch_tensors.py: every dtype and collective on torch CPU tensors for
+    the ring and the MPI baseline (in place and out given included), exact against numpy.
+    Three ranks (one launch: torch's import costs ~2 s a rank); two ranks' exchange path
+    is covered on simulated ranks above."""
+    n = 3
+    import json
+    proc = mpi(n, "torch_tensors.py", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in res) == list(range(n)), proc.stdout + proc.stderr[-2000:]
+    for r in res:
+        assert r["nfail"] == 0, f"rank {r['rank']}: {r['nfail']} failures, e.g. {r['failures']}"
+        assert r["cases"] == (6 * 4 * 7 + 1) + 2 * (6 * 5 * 7 + 1)
