@@ -15,7 +15,7 @@ import numpy as np
 
 from . import ring, small
 from .agree import agree, start_agreement
-from .arrays import Array, same_buffer
+from .arrays import Array
 from .context import Context
 from .dtypes import is_floating
 from .errors import CollectiveError
@@ -26,54 +26,55 @@ from .schedule import split_counts
 class Dispatcher:
     """Execution for Communicator (a mixin: the state is set up in Communicator.__init__)."""
 
-    def _dispatch(self, kind: str, hdr, x: Array | None, out: Array | None, async_op: bool, **kw):
-        """Run collective ``kind`` on adapted buffers; returns the caller's ``out`` object (or a Work)."""
+    def _dispatch(self, kind: str, hdr, x: Array | None, out: Array | None, in_place: bool, async_op: bool,
+                  *args):
+        """Run collective ``kind`` on adapted, checked buffers (``in_place``: x is out, or
+        for all_gather out's own segment): now on this thread, or queued behind earlier
+        async calls. Returns the caller's ``out`` object, or a Work."""
         run = RUNNERS[kind]
+        label = f"{kind} #{self._seq - 1}"
         stream = out.stream if out is not None else None
         if stream is not None:
             stream.enter()  # after the caller's work on torch's current stream
-        return self._launch(kind, hdr, lambda ctx: run(self, ctx, hdr, x, out, **kw), out, async_op)
-
-    def _launch(self, name, hdr, body, out: Array | None, async_op: bool):
-        label = f"{name} #{self._seq - 1}"
-        result = out.obj if out is not None else None
 
         def task():
             if self._broken is not None:
                 raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
                                       f"earlier error: {self._broken}") from self._broken
-            if out is None or not out.device:  # host arrays: everything prepared once
+            if out is None:
+                kernels, transport, scratch, chunk = NUMPY_KERNELS, self.transport, self._host_scratch, self.chunk_bytes
+            elif not out.device:  # host arrays: everything prepared once
                 kernels, transport, scratch = NUMPY_KERNELS, self.transport, self._host_scratch
-                chunk = self._chunk_elems(out)
+                chunk = max(1, self.chunk_bytes // out.flat.itemsize)
             else:
                 kernels = out.kernels
                 transport, scratch = self._device(), self._scratch_for(kernels)
-                chunk = self._chunk_elems(out)
+                chunk = max(1, self.chunk_bytes // out.flat.itemsize)
             ctx = Context(transport, kernels, label, self.timeout, chunk, scratch,
                           self.tracer, self._cache, self.window)
             try:
                 if ctx.tracer is not None:
                     ctx.tracer.begin(label, rank=self.rank)
-                body(ctx)
+                run(self, ctx, hdr, x, out, in_place, *args)
                 if ctx.tracer is not None:
                     ctx.tracer.end(label, rank=self.rank)
             except BaseException as e:
                 self._broken = e
                 ctx.abandon()
                 raise
-            if out is not None and out.stream is not None:
-                out.stream.leave()  # the caller's later work on its stream waits for ours
-            return result
+            if stream is not None:
+                stream.leave()  # the caller's later work on its stream waits for ours
+            return out.obj if out is not None else None
 
         if async_op:
             return self._engine.submit(task, label)
         return self._engine.run(task, label)
 
     # ------------------------------------------------------------ bodies
-    def _run_all_reduce(self, ctx, hdr, xa: Array, oa: Array, op: str):
+    def _run_all_reduce(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, op: str):
         x, out = xa.flat, oa.flat
-        if same_buffer(xa, oa):
-            x = out  # in place: the algorithms test ``out is x``
+        if in_place:
+            x = out  # the algorithms test ``out is x``
         post = False
         if op == "avg":
             op = "sum"
@@ -96,7 +97,7 @@ class Dispatcher:
         if post:
             ctx.kernels.scale(out, self.size)
 
-    def _run_reduce_scatter(self, ctx, hdr, xa: Array, oa: Array, op: str, counts):
+    def _run_reduce_scatter(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, op: str, counts):
         x, out = xa.flat, oa.flat
         post = False
         if op == "avg":
@@ -118,7 +119,7 @@ class Dispatcher:
         if post:
             ctx.kernels.scale(out, self.size)
 
-    def _run_all_gather(self, ctx, hdr, xa: Array, oa: Array, counts):
+    def _run_all_gather(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, counts):
         x, out = xa.flat, oa.flat
         if self._baseline is not None:
             self._agree(ctx, hdr)
@@ -127,15 +128,15 @@ class Dispatcher:
             return small.all_gather(ctx, hdr, x, out, counts)
         self._ring(ctx, hdr, ring.all_gather, x, out, counts)
 
-    def _run_broadcast(self, ctx, hdr, xa: Array, oa: Array, root: int):
+    def _run_broadcast(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, root: int):
         self._agree(ctx, hdr)
-        if self.rank == root and not same_buffer(xa, oa):
+        if self.rank == root and not in_place:
             ctx.kernels.copy(oa.flat, xa.flat)
         if self._baseline is not None:
             return self._baseline.broadcast(oa.flat, root)
         ring.broadcast(ctx, oa.flat, root)
 
-    def _run_barrier(self, ctx, hdr, xa, oa):
+    def _run_barrier(self, ctx, hdr, xa, oa, in_place):
         agree(ctx, hdr)
 
     def _agree(self, ctx, hdr):
@@ -160,9 +161,6 @@ class Dispatcher:
             from .transport.device import make_device_transport
             self._device_transport = make_device_transport(self.transport)
         return self._device_transport
-
-    def _chunk_elems(self, out: Array | None) -> int:
-        return max(1, self.chunk_bytes // (out.flat.itemsize if out is not None else 1))
 
     def _scratch_for(self, kernels):
         """scratch(name, n, dtype, host=False): reusable buffers where ``kernels`` computes
