@@ -75,18 +75,7 @@ class Dispatcher:
         x, out = xa.flat, oa.flat
         if in_place:
             x = out  # the algorithms test ``out is x``
-        post = False
-        if op == "avg":
-            op = "sum"
-            if is_floating(out.dtype):
-                # floats are divided by N before the sum, as NCCL does: partial sums
-                # stay in range (float16 does not overflow N times earlier)
-                if x is not out:
-                    ctx.kernels.copy(out, x)
-                ctx.kernels.scale(out, self.size)
-                x = out
-            else:
-                post = True  # integers: sum, then divide (truncating toward zero)
+        op, x, post = self._avg(ctx, op, x, out)
         if self._baseline is not None:
             self._agree(ctx, hdr)
             self._baseline.all_reduce(x, out, op)
@@ -99,16 +88,10 @@ class Dispatcher:
 
     def _run_reduce_scatter(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, op: str, counts):
         x, out = xa.flat, oa.flat
-        post = False
-        if op == "avg":
-            if is_floating(x.dtype):  # pre-scale (see _run_all_reduce) into a scratch copy of x
-                tmp = ctx.scratch("prescale", x.size, x.dtype)
-                ctx.kernels.copy(tmp, x)
-                ctx.kernels.scale(tmp, self.size)
-                x = tmp
-            else:
-                post = True
-            op = "sum"
+        if op == "avg" and is_floating(x.dtype):
+            op, x, post = self._avg(ctx, op, x, ctx.scratch("prescale", x.size, x.dtype))
+        else:
+            op, x, post = self._avg(ctx, op, x, None)
         if self._baseline is not None:
             self._agree(ctx, hdr)
             self._baseline.reduce_scatter(x, out, counts, op)
@@ -118,6 +101,22 @@ class Dispatcher:
             self._ring(ctx, hdr, ring.reduce_scatter, x, out, counts, op)
         if post:
             ctx.kernels.scale(out, self.size)
+
+    def _avg(self, ctx, op: str, x, into):
+        """avg, the one rule for every path and algorithm: floating types are divided
+        by N before the sum, as NCCL does, so partial sums stay in range (float16
+        would otherwise overflow N times earlier); the quotients go into ``into``
+        (out, or scratch when out cannot hold x), never into the caller's x.
+        Integers are summed, then divided, truncating toward zero.
+        Returns (op to run, its input, whether to divide the result afterwards)."""
+        if op != "avg":
+            return op, x, False
+        if not is_floating(x.dtype):
+            return "sum", x, True
+        if into is not x:
+            ctx.kernels.copy(into, x)
+        ctx.kernels.scale(into, self.size)
+        return "sum", into, False
 
     def _run_all_gather(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, counts):
         x, out = xa.flat, oa.flat
