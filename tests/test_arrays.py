@@ -450,3 +450,10 @@ def test_torch_tensors_under_mpirun(mpi):
     for r in res:
         assert r["nfail"] == 0, f"rank {r['rank']}: {r['nfail']} failures, e.g. {r['failures']}"
         assert r["cases"] == (6 * 4 * 7 + 1) + 2 * (6 * 5 * 7 + 1)
+
+
+def test_kernels_for_knows_torch_without_importing_it():
+    from collectives.kernels import NUMPY_KERNELS, is_device_array, kernels_for
+    assert kernels_for(torch.zeros(3)) is NUMPY_KERNELS and not is_device_array(torch.zeros(3))
+    assert is_device_array(FakeCudaTensor(torch.zeros(3)))
+    assert kernels_for(np.zeros(3)) is NUMPY_KERNELS and not is_device_array(np.zeros(3))
