@@ -146,7 +146,7 @@ class _Torch:
             raise TypeError(f"{name} is a torch tensor on {t.device}; only cpu and cuda tensors are supported")
         import cupy
         stream = _TorchStream(torch, cupy, t.device)
-        with stream.external:  # torch orders the export after its work on this stream (DLPack protocol)
+        with cupy.cuda.Device(stream.device), stream.external:  # the export is ordered on torch's stream
             flat = cupy.from_dlpack(d.view(torch.int16) if dt is _BF16 else d)
         flat = flat.view(_BF16) if dt is _BF16 else flat
         return Array(t, flat.reshape(-1), kernels_for(flat), True, self, stream)
@@ -186,7 +186,8 @@ class _TorchStream:
     def __init__(self, torch, cupy, device):
         self.cupy = cupy
         self.device = device.index if device.index is not None else torch.cuda.current_device()
-        self.external = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream)
+        self.external = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream,
+                                                 device_id=self.device)
 
     def enter(self) -> None:
         with self.cupy.cuda.Device(self.device):

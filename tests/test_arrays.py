@@ -305,7 +305,7 @@ class FakeCupy(types.ModuleType):
                 self.where = where
 
         class Stream:
-            def __init__(self, ptr):
+            def __init__(self, ptr, device_id=-1):
                 self.ptr = ptr
 
             def __enter__(self):
