@@ -164,7 +164,7 @@ class ZeroOptimizer:
             self.units[name] = self._build(name, params)
         self._order = list(self.units)
         self._gathering: dict = {}  # stage 3: unit -> Pending all-gather (prefetched or in use)
-        self._in_use: set = set()
+        self._in_use: dict = {}  # stage 3: unit -> Pending all-gather whose weights a `with gather` uses
         self._last_gathered = -1
         self._comm_live: list = []  # stage 1: reduce-scatter outputs during step()
 
@@ -233,7 +233,7 @@ class ZeroOptimizer:
             direction = "forward" if i > self._last_gathered else "backward"
         self._last_gathered = i
         pend = self._gathering.pop(unit, None) or self._launch_gather(unit)
-        self._in_use.add(unit)
+        self._in_use[unit] = pend
         try:
             full = pend.wait()
             if self.prefetch and direction in ("forward", "backward"):
@@ -244,7 +244,7 @@ class ZeroOptimizer:
                     self._gathering[self._order[j]] = self._launch_gather(self._order[j])
             yield u.views(full)
         finally:
-            self._in_use.discard(unit)
+            self._in_use.pop(unit, None)
             pend.release()
 
     def _launch_gather(self, unit) -> Pending:
