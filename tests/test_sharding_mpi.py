@@ -25,3 +25,11 @@ def test_checkpoint_4_ranks_stage_3_resumes_at_2_ranks_stage_1_and_1_rank(tmp_pa
     _ok(run_mpi(4, "zero_train.py", "train", ckpt), 4 * 16)
     _ok(run_mpi(2, "zero_train.py", "resume", ckpt, "1"), 2)
     _ok(run_mpi(1, "zero_train.py", "resume", ckpt, "0"), 1)
+
+
+def test_example_trains_with_default_batch_on_3_ranks():
+    """A new user's first run: the default batch works at a rank count that divides nothing."""
+    from conftest import ROOT
+    p = run_mpi(3, ROOT / "examples" / "train.py", "--steps", "2", "--hidden", "16", "--layers", "1")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "batch 64 per rank (192 global)" in p.stdout and "step    2  loss" in p.stdout, p.stdout
