@@ -113,6 +113,9 @@ def main(argv=None) -> None:
     ap.add_argument("--world", type=int, required=True, help="number of ranks N")
     ap.add_argument("--k", type=int, default=12, help="optimizer bytes per parameter (12: mixed-precision Adam)")
     a = ap.parse_args(argv)
+    if not a.params > 0 or a.world < 1 or a.k < 0:
+        sys.exit(f"sharding.memory: need --params > 0, --world >= 1 and --k >= 0 "
+                 f"(got --params {a.params:g} --world {a.world} --k {a.k})")
     figs = [estimate_memory(a.params, a.world, s, master_bytes=4, state_bytes=a.k - 4)["total"] / 1e9
             for s in range(4)]
     print(f"params {a.params:.3g}  world {a.world}  K {a.k}")

@@ -78,3 +78,9 @@ def test_stage3_report_counts_the_gathered_unit_in_use_and_the_trace():
         assert after["weights"] == before["weights"]
         assert inside["comm_parts"]["trace"] > 0 and inside["comm_parts"]["scratch"] > 0
         assert inside["comm"] == sum(inside["comm_parts"].values())
+
+
+@pytest.mark.parametrize("args", [["--params", "1e9", "--world", "0"], ["--params", "-5", "--world", "2"]])
+def test_memory_tool_refuses_bad_figures_in_one_line(args):
+    p = subprocess.run([sys.executable, "-m", "sharding.memory", *args], capture_output=True, text=True)
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "--world" in p.stderr, p.stderr
