@@ -47,8 +47,8 @@ def _model(opt) -> list:
 
 
 def _owned(opt, u, a) -> np.ndarray:
-    """This rank's shard of a float32 array (full at stage 0, already the shard otherwise)."""
-    return _host(a[u.shard.slice()] if opt.stage == 0 else a)
+    """This rank's shard of a float32 array (full where the stage keeps state full, else already the shard)."""
+    return _host(a if opt.policy.shard_state else a[u.shard.slice()])
 
 
 def _agree(comm, failed: list, error, what: str) -> None:
@@ -177,7 +177,7 @@ def load(opt, directory) -> None:
         reader = ShardReader(ckpt, meta)
         opt._drop_prefetches()
         for uname, u in opt.units.items():
-            want = ShardInfo(0, u.layout.padded) if opt.stage == 0 else u.shard
+            want = u.shard if opt.policy.shard_state else ShardInfo(0, u.layout.padded)
             loaded[uname] = {key: reader.read(key, uname, want)
                              for key in ["master"] + [n for n in optimizer.state_names() if n in meta["state_names"]]}
     except (OSError, ValueError, KeyError) as e:
@@ -195,7 +195,7 @@ def load(opt, directory) -> None:
                    for n in optimizer.state_names()}
         if u.pshard is not u.master:
             k.cast(u.pshard, u.master)
-        if opt.stage in (1, 2):
+        if opt.policy.gather_after_step:
             opt.comm.all_gather(u.pshard, out=u.full)
         u.grad[...] = 0
     opt.step_count = int(meta["step"])

@@ -1,6 +1,7 @@
 """ZeroOptimizer: ZeRO stages 0-3 over one flat buffer per unit.
 
-What each rank keeps, per unit of Ψ_u elements on N ranks (S = Ψ_u / N):
+What each rank keeps, per unit of Ψ_u elements on N ranks (S = Ψ_u / N);
+the code asks the stage's policy (policy.py), never the stage number:
 
     stage  weights (compute dtype)   gradients (reduce dtype)   master f32 + optimizer state
     0      full                      full, all-reduced          full
@@ -33,6 +34,7 @@ from collectives.kernels import kernels_for
 
 from .buckets import Pending
 from .fingerprint import check_same_model
+from .policy import policy_for
 from .optim import SGD, AdamW
 from .scaler import LossScaler
 from .shard import layout_unit
@@ -92,14 +94,13 @@ class ZeroOptimizer:
 
     def __init__(self, units, comm, stage: int, optimizer, param_dtype=None, max_grad_norm: float | None = None,
                  *, reduce_dtype=None, loss_scale="auto", prefetch: bool = True):
-        if stage not in (0, 1, 2, 3):
-            raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+        policy = policy_for(stage)
         if not isinstance(optimizer, (AdamW, SGD)):
             raise TypeError(f"optimizer must be sharding.AdamW or sharding.SGD, got {type(optimizer).__name__}")
         if max_grad_norm is not None and not max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         units = _as_units(units)
-        self.comm, self.stage, self.optimizer = comm, stage, optimizer
+        self.comm, self.stage, self.policy, self.optimizer = comm, stage, policy, optimizer
         self.max_grad_norm = max_grad_norm
         self.world, self.rank = comm.size, comm.rank
         self.param_dtype = np.dtype(param_dtype) if param_dtype is not None else F32
@@ -135,24 +136,21 @@ class ZeroOptimizer:
         for s in lay.slots:
             init[s.offset:s.end] = xp.asarray(params[s.name], dtype=F32).reshape(-1)
         self.comm.broadcast(init, root=0, out=init)  # as DDP does: rank 0's weights everywhere
-        sl = u.shard.slice()
-        if self.stage == 0:
+        pol, sl = self.policy, u.shard.slice()
+        if not pol.shard_state:
             u.master = init
             u.full = init if self.param_dtype == F32 else init.astype(self.param_dtype)
             u.pshard = u.full
         else:
             u.master = init[sl].copy()
-            if self.stage in (1, 2):
+            if not pol.shard_weights:
                 u.full = init.astype(self.param_dtype)  # a fresh array even for float32
                 u.pshard = u.full[sl]
             else:
                 u.pshard = init[sl].astype(self.param_dtype)
         for sname in self.optimizer.state_names():
             u.state[sname] = xp.zeros_like(u.master)
-        if self.stage <= 1:
-            u.grad = xp.zeros(lay.padded, self.reduce_dtype)
-        else:
-            u.grad = xp.zeros(u.shard.size, self.reduce_dtype)
+        u.grad = xp.zeros(u.shard.size if pol.shard_grads else lay.padded, self.reduce_dtype)
         return u
 
     def _unit(self, unit) -> _Unit:
@@ -181,7 +179,7 @@ class ZeroOptimizer:
           direction: "auto", "forward", "backward" or "none" (no prefetch).
         """
         u = self._unit(unit)
-        if self.stage < 3:
+        if not self.policy.gather_per_use:
             yield u.views(u.full)
             return
         if unit in self._in_use:
@@ -223,7 +221,7 @@ class ZeroOptimizer:
         self._drop_prefetches()
         out = {}
         for name, u in self.units.items():
-            if self.stage == 3:
+            if self.policy.shard_weights:
                 full = self.comm.all_gather(u.pshard, out=self.xp.empty(u.layout.padded, self.param_dtype))
             else:
                 full = u.full
@@ -243,7 +241,7 @@ class ZeroOptimizer:
         names = {s.name for s in u.layout.slots}
         if set(grads) != names:
             raise KeyError(f"reduce_grads({unit!r}): got gradients for {sorted(grads)}, the unit has {sorted(names)}")
-        if self.stage <= 1:
+        if not self.policy.reduce_per_unit:
             flat = u.grad
             for s in u.layout.slots:
                 g = self._check_grad(unit, s, grads[s.name])
@@ -278,12 +276,12 @@ class ZeroOptimizer:
 
     def _finish_grads(self) -> list:
         """Wait for or run every rank-reduction; return each unit's owned float32 gradient."""
-        if self.stage == 0:
+        if self.policy.all_reduce_grads:
             works = [self.comm.all_reduce(u.grad, op="avg", out=u.grad, async_op=True) for u in self.units.values()]
             for w in works:
                 w.wait()
             return [self._f32(u.grad) for u in self.units.values()]
-        if self.stage == 1:
+        if not self.policy.reduce_per_unit:  # reduce-scatter the full buffers now
             outs = [self.xp.empty(u.shard.size, self.reduce_dtype) for u in self.units.values()]
             works = [self.comm.reduce_scatter(u.grad, op="avg", out=o, async_op=True)
                      for u, o in zip(self.units.values(), outs)]
@@ -307,7 +305,7 @@ class ZeroOptimizer:
         self._drop_prefetches()
         grads = self._finish_grads()
         sumsq = sum(float(self.xp.dot(g.astype(np.float64), g.astype(np.float64))) for g in grads)
-        if self.stage > 0 and self.world > 1:
+        if self.policy.shard_state and self.world > 1:  # each rank summed its own shard
             sumsq = float(self.comm.all_reduce(np.array([sumsq], np.float64), op="sum")[0])
         inv = 1.0 / self.loss_scale
         norm = math.sqrt(sumsq) * inv if math.isfinite(sumsq) else math.inf
@@ -326,7 +324,7 @@ class ZeroOptimizer:
             self.optimizer.update(self.k, u.master, g, u.state, self.step_count, grad_scale=scale, out_lowp=lowp)
             if lowp is None and u.pshard is not u.master:
                 self.k.copy(u.pshard, u.master)
-        if self.stage in (1, 2):
+        if self.policy.gather_after_step:
             works = [self.comm.all_gather(u.pshard, out=u.full, async_op=True) for u in self.units.values()]
             for w in works:
                 w.wait()
