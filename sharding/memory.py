@@ -79,13 +79,14 @@ def measure(opt) -> dict:
         for p in u.pending:
             for b in p.buffers:
                 add("comm", b)
-    for p in opt._in_use.values():  # stage 3: the gathered units a `with gather` uses now (the peak)
+    g = opt.gatherer
+    for p in (g.in_use.values() if g is not None else ()):  # stage 3: units a `with gather` uses now (the peak)
         for b in p.buffers:
             add("weights", b)
-    for p in opt._gathering.values():  # stage 3: prefetches
+    for p in (g.prefetched.values() if g is not None else ()):  # stage 3: prefetches
         for b in p.buffers:
             add("comm", b)
-    for b in opt._comm_live:
+    for b in opt.reducer.live:
         add("comm", b)
     parts.update(comm_parts(opt.comm))
     out["comm"] += sum(v for k, v in parts.items() if k != "buckets")

@@ -9,6 +9,9 @@ the code asks the stage's policy (policy.py), never the stage number:
     2      full                      shard (async RS per unit)  shard
     3      shard (gathered per use)  shard (async RS per unit)  shard
 
+Stage 3's per-use all-gathers are in gather.py, the gradient reductions in
+grads.py, the check that every rank built the same model in fingerprint.py.
+
 The trainer's loop, the same at every stage::
 
     for unit in units:                      # forward
@@ -32,10 +35,11 @@ import numpy as np
 
 from collectives.kernels import kernels_for
 
-from .buckets import Pending
 from .fingerprint import check_same_model
-from .policy import policy_for
+from .gather import UnitGatherer
+from .grads import GradReducer
 from .optim import SGD, AdamW
+from .policy import policy_for
 from .scaler import LossScaler
 from .shard import layout_unit
 
@@ -117,15 +121,14 @@ class ZeroOptimizer:
         self.k = kernels_for(first)
         self.xp = self.k.xp
         self.step_count = 0
-        self.stats = {"grad_wait_s": 0.0, "reduce_launched": 0, "reduce_done_before_step": 0}
+        self.reducer = GradReducer(comm, policy, self.k, self.reduce_dtype)
+        self.stats = self.reducer.stats  # grad_wait_s, reduce_launched, reduce_done_before_step
         self.units: "OrderedDict[str, _Unit]" = OrderedDict()
         for name, params in units.items():
             self.units[name] = self._build(name, params)
         self._order = list(self.units)
-        self._gathering: dict = {}  # stage 3: unit -> Pending all-gather (prefetched or in use)
-        self._in_use: dict = {}  # stage 3: unit -> Pending all-gather whose weights a `with gather` uses
-        self._last_gathered = -1
-        self._comm_live: list = []  # stage 1: reduce-scatter outputs during step()
+        self.gatherer = (UnitGatherer(comm, self.units, self.param_dtype, self.xp, prefetch)
+                         if self.policy.gather_per_use else None)  # stage 3's per-use all-gathers
 
     # ------------------------------------------------------------ construction
     def _build(self, name, params) -> _Unit:
@@ -150,7 +153,7 @@ class ZeroOptimizer:
                 u.pshard = init[sl].astype(self.param_dtype)
         for sname in self.optimizer.state_names():
             u.state[sname] = xp.zeros_like(u.master)
-        u.grad = xp.zeros(u.shard.size if pol.shard_grads else lay.padded, self.reduce_dtype)
+        u.grad = self.reducer.buffer(u)
         return u
 
     def _unit(self, unit) -> _Unit:
@@ -182,38 +185,12 @@ class ZeroOptimizer:
         if not self.policy.gather_per_use:
             yield u.views(u.full)
             return
-        if unit in self._in_use:
-            raise RuntimeError(f"gather({unit!r}) entered again while its weights are already gathered")
-        i = self._order.index(unit)
-        if direction == "auto":
-            direction = "forward" if i > self._last_gathered else "backward"
-        self._last_gathered = i
-        pend = self._gathering.pop(unit, None) or self._launch_gather(unit)
-        self._in_use[unit] = pend
-        try:
-            full = pend.wait()
-            if self.prefetch and direction in ("forward", "backward"):
-                j = i + 1 if direction == "forward" else i - 1
-                if direction == "forward" and j == len(self._order):
-                    j = i  # the backward starts with the last unit again
-                if 0 <= j < len(self._order) and self._order[j] not in self._gathering:
-                    self._gathering[self._order[j]] = self._launch_gather(self._order[j])
+        with self.gatherer.use(unit, direction) as full:
             yield u.views(full)
-        finally:
-            self._in_use.pop(unit, None)
-            pend.release()
-
-    def _launch_gather(self, unit) -> Pending:
-        u = self.units[unit]
-        out = self.xp.empty(u.layout.padded, self.param_dtype)
-        return Pending("all-gather", unit).launch(self.comm.all_gather(u.pshard, out=out, async_op=True), out)
 
     def _drop_prefetches(self) -> None:
-        for pend in self._gathering.values():
-            pend.wait()
-            pend.release()
-        self._gathering.clear()
-        self._last_gathered = -1
+        if self.gatherer is not None:
+            self.gatherer.drop_prefetches()
 
     def full_params(self) -> dict:
         """All current weights as host float32 numpy arrays, ``{unit: {name: array}}``.
@@ -237,64 +214,7 @@ class ZeroOptimizer:
         Stages 2-3 reduce-scatter them now, asynchronously; the rest of the
         trainer's backward runs meanwhile and only the owned shard is kept.
         """
-        u = self._unit(unit)
-        names = {s.name for s in u.layout.slots}
-        if set(grads) != names:
-            raise KeyError(f"reduce_grads({unit!r}): got gradients for {sorted(grads)}, the unit has {sorted(names)}")
-        if not self.policy.reduce_per_unit:
-            flat = u.grad
-            for s in u.layout.slots:
-                g = self._check_grad(unit, s, grads[s.name])
-                flat[s.offset:s.end] += g.reshape(-1).astype(self.reduce_dtype, copy=False)
-            return
-        flat = self.xp.zeros(u.layout.padded, self.reduce_dtype)
-        for s in u.layout.slots:
-            flat[s.offset:s.end] = self._check_grad(unit, s, grads[s.name]).reshape(-1)
-        if u.pending:  # accumulation: fold the previous micro-batch first, keep one in flight
-            self._fold(u)
-        out = u.grad if not u.grad_filled else self.xp.empty(u.shard.size, self.reduce_dtype)
-        work = self.comm.reduce_scatter(flat, op="avg", out=out, async_op=True)
-        u.pending.append(Pending("reduce-scatter", unit).launch(work, flat, out))
-        self.stats["reduce_launched"] += 1
-
-    @staticmethod
-    def _check_grad(unit, slot, g):
-        if tuple(g.shape) != slot.shape:
-            raise ValueError(f"reduce_grads({unit!r}): {slot.name} has shape {tuple(g.shape)}, expected {slot.shape}")
-        return g
-
-    def _fold(self, u: _Unit) -> None:
-        for pend in u.pending:
-            self.stats["reduce_done_before_step"] += pend.is_completed()
-            out = pend.wait()
-            self.stats["grad_wait_s"] += pend.wait_s
-            if out is not u.grad:
-                self.k.reduce_("sum", u.grad, out)
-            pend.release()
-            u.grad_filled = True
-        u.pending.clear()
-
-    def _finish_grads(self) -> list:
-        """Wait for or run every rank-reduction; return each unit's owned float32 gradient."""
-        if self.policy.all_reduce_grads:
-            works = [self.comm.all_reduce(u.grad, op="avg", out=u.grad, async_op=True) for u in self.units.values()]
-            for w in works:
-                w.wait()
-            return [self._f32(u.grad) for u in self.units.values()]
-        if not self.policy.reduce_per_unit:  # reduce-scatter the full buffers now
-            outs = [self.xp.empty(u.shard.size, self.reduce_dtype) for u in self.units.values()]
-            works = [self.comm.reduce_scatter(u.grad, op="avg", out=o, async_op=True)
-                     for u, o in zip(self.units.values(), outs)]
-            self._comm_live = outs
-            for w in works:
-                w.wait()
-            return [self._f32(o) for o in outs]
-        for u in self.units.values():
-            self._fold(u)
-        return [self._f32(u.grad) for u in self.units.values()]
-
-    def _f32(self, g):
-        return g if g.dtype == F32 else g.astype(F32)
+        self.reducer.add(unit, self._unit(unit), grads)
 
     # ------------------------------------------------------------------ step
     def step(self) -> float:
@@ -303,7 +223,7 @@ class ZeroOptimizer:
         (of the unscaled gradients); with float16 loss scaling an overflow on
         any rank skips the step on every rank and returns inf."""
         self._drop_prefetches()
-        grads = self._finish_grads()
+        grads = self.reducer.finish(self.units.values())
         sumsq = sum(float(self.xp.dot(g.astype(np.float64), g.astype(np.float64))) for g in grads)
         if self.policy.shard_state and self.world > 1:  # each rank summed its own shard
             sumsq = float(self.comm.all_reduce(np.array([sumsq], np.float64), op="sum")[0])
@@ -334,12 +254,7 @@ class ZeroOptimizer:
         return norm
 
     def _zero_grads(self) -> None:
-        self._comm_live = []
-        for u in self.units.values():
-            if u.pending:
-                self._fold(u)
-            u.grad[...] = 0
-            u.grad_filled = False
+        self.reducer.zero(self.units.values())
 
     # ------------------------------------------------------------ reporting
     def memory_report(self) -> dict:
