@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .ckpt_files import (FORMAT_VERSION, TMP_PREFIX, CheckpointError, ShardReader, consolidate, fresh_name,
-                         publish, read_meta, remove_leftovers, resolve, sha256_file, write_meta)
+from .ckpt_files import (FORMAT_VERSION, TMP_PREFIX, CheckpointError, ShardReader, checkpoint_name, consolidate,
+                         fresh_k, publish, read_meta, remove_leftovers, resolve, sha256_file, write_meta)
 from .optim import optimizer_from_hparams
 from .shard import ShardInfo
 
@@ -74,6 +74,11 @@ def _meta(opt, digests: bytes) -> dict:
     }
 
 
+def _tmp(root: Path, opt, msg) -> Path:
+    """The folder a save fills before it is published (token: msg[1:])."""
+    return root / f"{TMP_PREFIX}{checkpoint_name(opt.step_count)}-{bytes(msg[1:]).hex()[:12]}"
+
+
 def save(opt, directory, *, hook=None) -> str:
     """Write a checkpoint of ``opt`` under ``directory`` (collective: every rank calls it).
 
@@ -94,12 +99,12 @@ def save(opt, directory, *, hook=None) -> str:
             root.mkdir(parents=True, exist_ok=True)
             remove_leftovers(root)
             msg[1:] = np.frombuffer(uuid.uuid4().bytes, np.int64)
-            (root / f"{TMP_PREFIX}step-{opt.step_count:08d}-{bytes(msg[1:]).hex()[:12]}").mkdir()
-        except OSError as e:
+            _tmp(root, opt, msg).mkdir()
+        except Exception as e:  # any failure here must reach the other ranks, whatever its type
             msg[0], error = 1, e
     comm.broadcast(msg, root=0, out=msg)
     _agree(comm, [0] if msg[0] else [], error, what)
-    tmp = root / f"{TMP_PREFIX}step-{opt.step_count:08d}-{bytes(msg[1:]).hex()[:12]}"
+    tmp = _tmp(root, opt, msg)
     # 2. every rank writes its shard; everyone learns every rank's sha256 (or failure)
     mine = np.zeros(5, np.int64)  # [failed, sha256 as 4 words]
     try:
@@ -124,23 +129,20 @@ def save(opt, directory, *, hook=None) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
     _agree(comm, failed, error, what)
     # 3. rank 0 writes meta.json and publishes under a fresh name; everyone learns the name
-    done = np.zeros(2, np.int64)  # [failed, suffix]
-    name = ""
+    done = np.zeros(2, np.int64)  # [failed, k of checkpoint_name]
     if comm.rank == 0:
         try:
             write_meta(tmp, _meta(opt, every[:, 1:].tobytes()))
             if hook is not None:
                 hook(tmp / "meta.json")
-            name = fresh_name(root, opt.step_count)
-            publish(root, tmp, name)
-            done[1] = int(name.rsplit("-", 1)[1]) if name.count("-") == 2 else 1
-        except Exception as e:
+            done[1] = fresh_k(root, opt.step_count)
+            publish(root, tmp, checkpoint_name(opt.step_count, int(done[1])))
+        except Exception as e:  # as above
             done[0], error = 1, e
             shutil.rmtree(tmp, ignore_errors=True)
     comm.broadcast(done, root=0, out=done)
     _agree(comm, [0] if done[0] else [], error, what)
-    name = f"step-{opt.step_count:08d}" + (f"-{done[1]}" if done[1] > 1 else "")
-    return str(root / name)
+    return str(root / checkpoint_name(opt.step_count, int(done[1])))
 
 
 def check_same_model(opt, meta: dict, where) -> None:
@@ -153,7 +155,6 @@ def check_same_model(opt, meta: dict, where) -> None:
              for (u, p) in sorted(set(mine) | set(other)) if mine.get((u, p)) != other.get((u, p))]
     raise ValueError(f"{where} is a checkpoint of a different model: "
                      + ("; ".join(diffs[:5]) if diffs else "same parameters in a different order"))
-
 
 
 def load(opt, directory) -> None:

@@ -69,14 +69,17 @@ def remove_leftovers(root: Path) -> list:
     return gone
 
 
-def fresh_name(root: Path, step: int) -> str:
-    """``step-NNNNNNNN``, or with ``-2``, ``-3``, ... when that name is taken."""
-    base = f"step-{step:08d}"
-    name, k = base, 1
-    while (root / name).exists():
+def checkpoint_name(step: int, k: int = 1) -> str:
+    """The k-th checkpoint of a step: ``step-NNNNNNNN``, then ``step-NNNNNNNN-2``, ..."""
+    return f"step-{step:08d}" + (f"-{k}" if k > 1 else "")
+
+
+def fresh_k(root: Path, step: int) -> int:
+    """The first k whose checkpoint_name(step, k) is not taken under ``root``."""
+    k = 1
+    while (root / checkpoint_name(step, k)).exists():
         k += 1
-        name = f"{base}-{k}"
-    return name
+    return k
 
 
 def write_meta(ckpt: Path, meta: dict) -> None:
