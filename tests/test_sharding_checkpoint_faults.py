@@ -130,3 +130,18 @@ def test_consolidate_tool_says_one_line_on_a_corrupt_checkpoint(tmp_path):
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
         assert lines[0].startswith("consolidate: ") and args[0] in lines[0], lines
+
+
+def test_a_rank_that_finds_no_checkpoint_fails_every_rank_at_once(tmp_path):
+    """Rank 1 sees no checkpoint where rank 0 sees one (a node-local path):
+    both raise at once instead of rank 0 waiting for rank 1."""
+    simulate(2, lambda comm: _trained(comm).save_checkpoint(tmp_path / "ckpt"))
+
+    def fn(comm):
+        opt = ZeroOptimizer(init_units(SIZES), comm, 3, AdamW(lr=1e-2))
+        opt.load_checkpoint(tmp_path / ("ckpt" if comm.rank == 0 else "elsewhere"))
+    t0 = time.monotonic()
+    errors = simulate(2, fn, timeout=5, return_exceptions=True)
+    assert time.monotonic() - t0 < 4
+    assert isinstance(errors[0], ValueError) and "another rank could not load" in str(errors[0]), repr(errors[0])
+    assert isinstance(errors[1], ValueError) and "no checkpoint" in str(errors[1]), repr(errors[1])
