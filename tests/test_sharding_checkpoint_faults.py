@@ -145,3 +145,12 @@ def test_a_rank_that_finds_no_checkpoint_fails_every_rank_at_once(tmp_path):
     assert time.monotonic() - t0 < 4
     assert isinstance(errors[0], ValueError) and "another rank could not load" in str(errors[0]), repr(errors[0])
     assert isinstance(errors[1], ValueError) and "no checkpoint" in str(errors[1]), repr(errors[1])
+
+
+def test_publishing_fsyncs_the_new_folder_before_the_rename_and_the_root_after(tmp_path, monkeypatch):
+    import sharding.ckpt_files as files
+    synced, real = [], files.fsync_dir
+    monkeypatch.setattr(files, "fsync_dir", lambda p: (synced.append(Path(p)), real(p)))
+    path = simulate(1, lambda comm: _trained(comm).save_checkpoint(tmp_path))[0]
+    assert synced[0].name.startswith(".tmp-step-00000001-") and synced[0].parent == tmp_path
+    assert synced[1:] == [tmp_path, tmp_path] and resolve(tmp_path) == Path(path)
