@@ -268,6 +268,8 @@ class ZeroOptimizer:
         return save(self, directory, **kw)
 
     def load_checkpoint(self, directory) -> None:
-        """Load a checkpoint written on any number of ranks and any stage (collective)."""
+        """Load a checkpoint written on any number of ranks and any stage (collective).
+        The checkpoint's optimizer settings and max_grad_norm replace this optimizer's
+        (its state is allocated to match); change them after loading if needed."""
         from .checkpoint import load
         load(self, directory)
