@@ -39,20 +39,12 @@ from mpi4py import MPI
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from collectives import Communicator  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
+from collectives.volumes import busbw_factor  # noqa: E402
 
 from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 SENTINEL = 127  # never a right answer everywhere: the inputs are in [-8, 8] and vary by element
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests' bus-bandwidth factors, stated once."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("reduce_scatter", "all_gather"):
-        return (n - 1) / n
-    return 1.0
 
 
 def parse_size(text: str) -> int:
