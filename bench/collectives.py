@@ -1,4 +1,4 @@
-"""Collective benchmark in the style of nccl-tests: ring vs MPI (vs NCCL) in one run.
+"""Collective benchmark in the style of nccl-tests: ring vs MPI, Gloo (vs NCCL) in one run.
 
     mpirun -n 4 python bench/collectives.py -b 1K -e 64M -f 4 \
         --op all_reduce,reduce_scatter,all_gather --dtype float32 --algorithm ring,mpi
@@ -15,10 +15,21 @@ reduce-scatter and all-gather, 1 for broadcast (nccl-tests' convention).
 Each size is timed in rounds with the algorithms taking turns (each going
 first in turn); time is the median over rounds. At each size all algorithms
 share one set of buffers, so they move the very same memory (the output is
-reset before each algorithm's checked run). The "vs mpi" column is the median over rounds of the
-ratio within each round (paired): two timings taken back to back share the
+reset before each algorithm's checked run). A "vs" column is the median over
+rounds of the ratio within each round (paired): two timings taken back to back share the
 machine's state, so on a noisy machine the paired ratio drifts far less
 than a ratio of two separate medians (the JSON keeps both).
+
+Baselines: every algorithm gets a paired ratio against each of mpi and gloo
+that runs ("vs mpi", "vs gloo"; JSON ``ratio_vs_mpi``, ``ratio_vs_gloo``).
+``--algorithm gloo`` is torch.distributed's Gloo backend and ``--algorithm
+torch`` our ring called through the ringzero ProcessGroup
+(collectives/torch_backend.py), both on torch views of the same arrays
+(torch is imported only for them). With torch and ring in one run, the
+"torch-ring(us)" column is the group's per-call cost over the bare
+Communicator, paired round by round. torch's all-reduce and broadcast work in
+place: they run on the output buffer, refilled from the input before each
+round outside the timing.
 
 ``--algorithm ring,mpi,p2p`` adds the bare ring (bench/bare_ring.py): the
 same ring with nothing but Isend, Irecv and numpy, the ceiling of any ring
