@@ -355,18 +355,25 @@ def main(argv=None) -> int:
         if bw:
             say(f"# {alg}: avg bus bandwidth {np.mean(bw):.3f} GB/s over {len(bw)} cases")
     say(f"# out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
+    membw = None
+    if a.plot:  # the roofline, measured in this process after the sweep (rank 0 alone: nothing else runs)
+        from membw import measure_membw  # bench/membw.py
+
+        if rank == 0:
+            membw = measure_membw()
+            say(f"# memory bandwidth (copy, read + write), measured now: {membw:.2f} GB/s")
+        for r in records:
+            r["membw_gbps"] = membw
     if rank == 0 and a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
             json.dump(records, f, indent=1)
         print(f"# wrote {len(records)} records to {a.json}")
-    if a.plot:
-        from membw import measure_membw  # bench/membw.py
-        membw = measure_membw() if rank == 0 else None
-        if rank == 0:
-            from plot import plot_busbw  # bench/plot.py
-            plot_busbw(records, a.plot, membw_gbps=membw)
-            print(f"# wrote {a.plot}")
+    if a.plot and rank == 0:
+        from plot import plot_busbw  # bench/plot.py
+
+        plot_busbw(records, a.plot, membw_gbps=membw)
+        print(f"# wrote {a.plot}")
     for c in comms.values():
         c.close()
     if any(alg in ("gloo", "torch") for alg in algos):
