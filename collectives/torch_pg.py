@@ -4,7 +4,7 @@ torch dispatches ``dist.all_reduce`` and friends (and DDP's and FSDP2's
 buckets) to the Python methods below. Each one checks its arguments on the
 caller's thread, queues async collectives on the group's Communicator (its
 progress thread runs them in call order, the same order on every rank), and
-returns a torch Work made from a ``torch.futures.Future``. The progress
+returns a torch Work (``FutureWork``) over a ``torch.futures.Future``. The progress
 thread completes that future when the last collective of the call finishes
 (``Work.add_done_callback``): DDP waits on it from C++ and never calls
 ``wait()`` itself. The future's value is the list of output tensors.
@@ -29,7 +29,38 @@ from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout
 from .torch_ops import as_array, reduce_op
 
-_create_work_from_future = torch._C._distributed_c10d._create_work_from_future
+
+
+class FutureWork(dist.Work):
+    """torch's Work over a Future that the progress thread completes.
+
+    Not ``_create_work_from_future``: the Work that makes (torch 2.13) returns
+    True from ``wait()`` even when the future failed, so a mismatched call
+    would pass silently. This one raises the collective's error from ``wait()``.
+    """
+
+    def __init__(self, fut: torch.futures.Future):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout=None) -> bool:
+        self._fut.wait()  # raises the collective's error; the Communicator's deadline bounds it
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._fut
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        if not self._fut.done():
+            raise RuntimeError("is_success() before the collective finished")
+        try:
+            self._fut.value()
+        except Exception:  # noqa: BLE001  the error is what is asked about
+            return False
+        return True
 
 
 class RingzeroProcessGroup(dist.ProcessGroup):
@@ -244,7 +275,7 @@ class RingzeroProcessGroup(dist.ProcessGroup):
             fut.set_result(outputs)
         for w in works:
             w.add_done_callback(finished)
-        return _create_work_from_future(fut)
+        return FutureWork(fut)
 
 
 class _Stage:

