@@ -29,3 +29,13 @@ def test_dist_collectives_exact(mpi, n):
     raised = [line for line in proc.stdout.splitlines() if "mismatch raised" in line]
     assert len(raised) == n, out[-3000:]
     assert all("count differs (rank 0: 10, rank" in line for line in raised), raised
+
+
+def test_training_matches_one_process(mpi):
+    """DDP, ZeroRedundancyOptimizer, FSDP2 (resharding and not) and HSDP on a 2x2
+    mesh, SGD+momentum and AdamW: 5 steps equal one-process training within 1e-6."""
+    proc = mpi(4, "torch_train.py", timeout=300)
+    out = _assert_all_ranks_ok(proc, 4)
+    for case in ("ddp", "zero1", "fsdp2", "fsdp2-zero2", "hsdp"):
+        for opt in ("sgd", "adamw"):
+            assert out.count(f"PASS {case} {opt} ") == 4, (case, opt, out[-3000:])
