@@ -22,45 +22,13 @@ import time
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions,
-                                        AllToAllOptions, BarrierOptions, BroadcastOptions, ReduceOp,
+                                        AllToAllOptions, BarrierOptions, BroadcastOptions,
                                         ReduceScatterOptions)
 
+from .arrays import adapt
 from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout
-from .torch_ops import as_array, reduce_op
-
-
-
-class FutureWork(dist.Work):
-    """torch's Work over a Future that the progress thread completes.
-
-    Not ``_create_work_from_future``: the Work that makes (torch 2.13) returns
-    True from ``wait()`` even when the future failed, so a mismatched call
-    would pass silently. This one raises the collective's error from ``wait()``.
-    """
-
-    def __init__(self, fut: torch.futures.Future):
-        super().__init__()
-        self._fut = fut
-
-    def wait(self, timeout=None) -> bool:
-        self._fut.wait()  # raises the collective's error; the Communicator's deadline bounds it
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._fut
-
-    def is_completed(self) -> bool:
-        return self._fut.done()
-
-    def is_success(self) -> bool:
-        if not self._fut.done():
-            raise RuntimeError("is_success() before the collective finished")
-        try:
-            self._fut.value()
-        except Exception:  # noqa: BLE001  the error is what is asked about
-            return False
-        return True
+from .torch_ops import FutureWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
 
 
 class RingzeroProcessGroup(dist.ProcessGroup):
@@ -117,13 +85,13 @@ class RingzeroProcessGroup(dist.ProcessGroup):
     # ---------------------------------------------------------- collectives
     def allreduce(self, tensors, opts=AllreduceOptions()):
         op, factor = reduce_op(opts.reduceOp, "allreduce")
-        stage = _Stage()
+        stage = Stage()
         launches = []
         for t in tensors:
             c = stage.inout(t)
             if factor is not None:
-                c.mul_(_premul_factor(factor, c, "allreduce"))
-            launches.append(lambda c=c: self.comm.all_reduce(as_array(c), op=op, out=as_array(c), async_op=True))
+                c.mul_(premul_factor(factor, c, "allreduce"))
+            launches.append(lambda c=c: self.comm.all_reduce(c, op=op, out=c, async_op=True))
         return self._start(launches, list(tensors), stage)
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
@@ -133,38 +101,38 @@ class RingzeroProcessGroup(dist.ProcessGroup):
         return self.all_gather_single_coalesced([output], [input], opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=AllgatherOptions()):
-        _same_length(outputs, inputs, "all_gather_single")
-        stage = _Stage()
+        same_length(outputs, inputs, "all_gather_single")
+        stage = Stage()
         launches = []
         for o, i in zip(outputs, inputs):
             if o.numel() != i.numel() * self.comm.size or o.dtype != i.dtype:
                 raise ValueError(f"all_gather_into_tensor on rank {self.comm.rank}: output has {o.numel()} "
                                  f"{o.dtype} elements, input {i.numel()} {i.dtype} (x world size {self.comm.size})")
             x, out = stage.input(i), stage.output(o)
-            launches.append(lambda x=x, out=out: self.comm.all_gather(as_array(x), out=as_array(out), async_op=True))
+            launches.append(lambda x=x, out=out: self.comm.all_gather(x, out=out, async_op=True))
         return self._start(launches, list(outputs), stage)
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=ReduceScatterOptions()):
-        _same_length(outputs, inputs, "reduce_scatter_single")
+        same_length(outputs, inputs, "reduce_scatter_single")
         op, factor = reduce_op(opts.reduceOp, "reduce_scatter")
-        stage = _Stage()
+        stage = Stage()
         launches = []
         for o, i in zip(outputs, inputs):
             if i.numel() != o.numel() * self.comm.size or o.dtype != i.dtype:
                 raise ValueError(f"reduce_scatter_tensor on rank {self.comm.rank}: input has {i.numel()} "
                                  f"{i.dtype} elements, output {o.numel()} {o.dtype} (x world size {self.comm.size})")
-            x = i * _premul_factor(factor, i, "reduce_scatter") if factor is not None else stage.input(i)
+            x = i * premul_factor(factor, i, "reduce_scatter") if factor is not None else stage.input(i)
             out, counts = stage.output(o), [o.numel()] * self.comm.size
             launches.append(lambda x=x, out=out, counts=counts: self.comm.reduce_scatter(
-                as_array(x), op=op, out=as_array(out), counts=counts, async_op=True))
+                x, op=op, out=out, counts=counts, async_op=True))
         return self._start(launches, list(outputs), stage)
 
     def allgather(self, output_lists, inputs, opts=AllgatherOptions()):
-        _same_length(output_lists, inputs, "allgather")
-        stage = _Stage()
+        same_length(output_lists, inputs, "allgather")
+        stage = Stage()
         launches = []
         for outs, i in zip(output_lists, inputs):
             if len(outs) != self.comm.size:
@@ -174,13 +142,13 @@ class RingzeroProcessGroup(dist.ProcessGroup):
             flat = stage.scatter_back(outs, i.dtype, i.device)
             x = stage.input(i)
             launches.append(lambda x=x, flat=flat, counts=counts: self.comm.all_gather(
-                as_array(x), out=as_array(flat), counts=counts, async_op=True))
+                x, out=flat, counts=counts, async_op=True))
         return self._start(launches, list(output_lists), stage)
 
     def reduce_scatter(self, outputs, input_lists, opts=ReduceScatterOptions()):
-        _same_length(outputs, input_lists, "reduce_scatter")
+        same_length(outputs, input_lists, "reduce_scatter")
         op, factor = reduce_op(opts.reduceOp, "reduce_scatter")
-        stage = _Stage()
+        stage = Stage()
         launches = []
         for o, ins in zip(outputs, input_lists):
             if len(ins) != self.comm.size:
@@ -189,23 +157,23 @@ class RingzeroProcessGroup(dist.ProcessGroup):
             counts = [i.numel() for i in ins]
             x = torch.cat([i.reshape(-1) for i in ins]) if ins else torch.empty(0, dtype=o.dtype, device=o.device)
             if factor is not None:
-                x.mul_(_premul_factor(factor, x, "reduce_scatter"))
+                x.mul_(premul_factor(factor, x, "reduce_scatter"))
             out = stage.output(o)
             launches.append(lambda x=x, out=out, counts=counts: self.comm.reduce_scatter(
-                as_array(x), op=op, out=as_array(out), counts=counts, async_op=True))
+                x, op=op, out=out, counts=counts, async_op=True))
         return self._start(launches, list(outputs), stage)
 
     def broadcast(self, tensors, opts=BroadcastOptions()):
         root = opts.rootRank
-        stage = _Stage()
+        stage = Stage()
         launches = []
         for t in tensors:
             c = stage.inout(t)
-            launches.append(lambda c=c: self.comm.broadcast(as_array(c), root=root, out=as_array(c), async_op=True))
+            launches.append(lambda c=c: self.comm.broadcast(c, root=root, out=c, async_op=True))
         return self._start(launches, list(tensors), stage)
 
     def barrier(self, opts=BarrierOptions()):
-        return self._start([lambda: self.comm.barrier(async_op=True)], [], _Stage())
+        return self._start([lambda: self.comm.barrier(async_op=True)], [], Stage())
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
                           opts=AllToAllOptions()):
@@ -214,21 +182,23 @@ class RingzeroProcessGroup(dist.ProcessGroup):
         if self._a2a_comm is None:
             raise RuntimeError("all_to_all_single: this group has no MPI communicator")
         n, rank = self.comm.size, self.comm.rank
-        in_counts = _split_counts(input, input_split_sizes, n, "input", rank)
-        out_counts = _split_counts(output, output_split_sizes, n, "output", rank)
+        in_counts = split_counts(input, input_split_sizes, n, "input", rank)
+        out_counts = split_counts(output, output_split_sizes, n, "output", rank)
         if output.dtype != input.dtype:
             raise TypeError(f"all_to_all_single on rank {rank}: output is {output.dtype}, input {input.dtype}")
-        stage = _Stage()
+        stage = Stage()
         x, out = stage.input(input), stage.output(output)
+        if x.is_cuda:  # MPI's all-to-all moves host memory: stage through it
+            x, out = x.cpu(), stage.host_copy(out)
         size = x.element_size()
         label = f"all_to_all_single on rank {rank}"
 
         def body():
             from mpi4py import MPI
-            send = as_array(x).reshape(-1).view("u1")
-            recv = as_array(out).reshape(-1).view("u1")
+            send = adapt(x).flat.view("u1")
+            recv = adapt(out, "output", writable=True).flat.view("u1")
             sc, rc = [c * size for c in in_counts], [c * size for c in out_counts]
-            req = self._a2a_comm.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])
+            req = self._a2a_comm.Ialltoallv([send, (sc, displs(sc)), MPI.BYTE], [recv, (rc, displs(rc)), MPI.BYTE])
             deadline = time.monotonic() + self.comm.timeout
             while not req.Test():
                 if time.monotonic() > deadline:
@@ -278,70 +248,4 @@ class RingzeroProcessGroup(dist.ProcessGroup):
         return FutureWork(fut)
 
 
-class _Stage:
-    """Contiguous stand-ins for the caller's tensors, and the copies back once done."""
-
-    def __init__(self):
-        self._back: list = []
-
-    def inout(self, t):
-        c = t.detach().contiguous()
-        if c.data_ptr() != t.data_ptr() or c.shape != t.shape:
-            self._back.append(lambda: t.detach().copy_(c))
-        return c
-
-    def input(self, t):
-        return t.detach().contiguous()
-
-    def output(self, t):
-        return self.inout(t)
-
-    def scatter_back(self, outs, dtype, device):
-        flat = torch.empty(sum(o.numel() for o in outs), dtype=dtype, device=device)
-
-        def back():
-            start = 0
-            for o in outs:
-                o.detach().copy_(flat[start:start + o.numel()].view(o.shape))
-                start += o.numel()
-        self._back.append(back)
-        return flat
-
-    def copy_back(self):
-        for fn in self._back:
-            fn()
-
-
-def _premul_factor(factor, t, what):
-    if not t.is_floating_point():
-        raise TypeError(f"{what}: PREMUL_SUM needs a floating-point tensor, got {t.dtype}")
-    return factor
-
-
-def _same_length(a, b, what):
-    if len(a) != len(b):
-        raise ValueError(f"{what}: {len(a)} outputs for {len(b)} inputs")
-
-
-def _split_counts(t, splits, n, name, rank):
-    rows = t.shape[0] if t.dim() else 1
-    row = t.numel() // rows if rows else 0
-    if not splits:
-        if rows % n:
-            raise ValueError(f"all_to_all_single on rank {rank}: {name} has {rows} rows, not divisible by {n}")
-        return [rows // n * row] * n
-    if len(splits) != n or sum(splits) != rows:
-        raise ValueError(f"all_to_all_single on rank {rank}: {name}_split_sizes {list(splits)} do not split "
-                         f"{rows} rows over {n} ranks")
-    return [s * row for s in splits]
-
-
-def _displs(counts):
-    out, at = [], 0
-    for c in counts:
-        out.append(at)
-        at += c
-    return out
-
-
-__all__ = ["RingzeroProcessGroup", "ReduceOp"]
+__all__ = ["FutureWork", "RingzeroProcessGroup"]
