@@ -8,6 +8,8 @@ ZeroRedundancyOptimizer against one-process training.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -39,3 +41,16 @@ def test_training_matches_one_process(mpi):
     for case in ("ddp", "zero1", "fsdp2", "fsdp2-zero2", "hsdp"):
         for opt in ("sgd", "adamw"):
             assert out.count(f"PASS {case} {opt} ") == 4, (case, opt, out[-3000:])
+
+
+def test_init_variants_and_trace(mpi, tmp_path):
+    """A wrong world size fails at once; explicit rank/world_size, store and tcp://
+    work; COLLECTIVES_TRACE records DDP's gradient all-reduces as ring traffic."""
+    proc = mpi(2, "torch_init.py", str(tmp_path / "trace.json"), timeout=240)
+    out = _assert_all_ranks_ok(proc, 2)
+    for case in ("world_size mismatch", "explicit rank and world_size", "explicit store", "tcp init_method"):
+        assert out.count(f"PASS {case}") == 2, (case, out[-3000:])
+    for r in range(2):
+        events = json.loads((tmp_path / f"trace.rank{r}.json").read_text())["traceEvents"]
+        reduces = [e for e in events if e["name"].startswith("all_reduce") and e.get("ph") == "X"]
+        assert reduces and sum(e["args"]["bytes_sent"] for e in reduces) > 4 * 64 * 64, events[:5]
