@@ -204,15 +204,26 @@ def paired_ratio(base_times: list[float], times: list[float]) -> float:
     return float(np.median([b / t for b, t in zip(base_times, times)]))
 
 
-def make_comm(alg: str, world, kw: dict):
-    """The communicator an algorithm runs on: ours, MPI's, the bare ring, or a torch group."""
+_torch_groups: dict = {}
+
+
+def make_comm(alg: str, world, kw: dict, want_ringzero: bool = False):
+    """The communicator an algorithm runs on: ours, MPI's, the bare ring, or a torch group.
+
+    Args:
+      want_ringzero: the run also asks for "torch" (the torch groups are made once, all together).
+    """
     if alg == "p2p":
         return BareRing(world)
     if alg in ("gloo", "torch"):
-        from torch_groups import init_default_gloo, ringzero_group  # bench/torch_groups.py: imports torch
+        import torch.distributed as dist
 
-        dist = init_default_gloo(world)
-        return TorchComm(dist, dist.group.WORLD if alg == "gloo" else ringzero_group(), alg)
+        if alg not in _torch_groups:  # bench/torch_groups.py; "torch" is our ring behind the ringzero group
+            from torch_groups import init_groups
+
+            groups = init_groups(world, ringzero=want_ringzero)
+            _torch_groups.update({"gloo": groups["gloo"], "torch": groups.get("ringzero")})
+        return TorchComm(dist, _torch_groups[alg], alg)
     # Our ring keeps its safety header on; MPI's own collectives run bare, as users know them.
     return Communicator(algorithm=alg, verify=(alg == "ring"), **kw)
 
@@ -261,7 +272,7 @@ def main(argv=None) -> int:
     else:
         xp = np
     kw = {} if a.chunk_bytes is None else {"chunk_bytes": a.chunk_bytes}
-    comms = {alg: make_comm(alg, world, kw) for alg in algos}
+    comms = {alg: make_comm(alg, world, kw, want_ringzero="torch" in algos) for alg in algos}
     n, rank = world.size, world.rank
     records = []
 

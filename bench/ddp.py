@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # bench/ helpers; the repository goes before it, so that
 sys.path.insert(0, os.path.join(HERE, ".."))  # "collectives" is the package, not bench/collectives.py
 
-from torch_groups import have_ringzero_backend, init_default_gloo, ringzero_group  # noqa: E402
+from torch_groups import have_ringzero_backend, init_groups  # noqa: E402
 
 MODES = ("ddp", "fsdp2")
 MODELS = ("mlp", "transformer")
@@ -195,12 +195,10 @@ def main(argv=None) -> int:
         notes.append("ringzero backend not in this checkout (collectives/torch_backend.py): Gloo only")
         if not backends:
             p.error("nothing to run: the ringzero backend is missing and --backend has no gloo")
-    dist = init_default_gloo(world)
+    groups = init_groups(world, ringzero="ringzero" in backends)
     import torch
+    import torch.distributed as dist
 
-    groups = {"gloo": dist.group.WORLD}
-    if "ringzero" in backends:
-        groups["ringzero"] = ringzero_group()
     configs = [Config(k, m, b, groups[b], a, rank) for k in kinds for m in modes for b in backends]
     say(f"# ringzero DDP/FSDP2 benchmark: {n} ranks, per-rank batch {a.batch}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} intra-op thread(s) per rank, SGD momentum 0.9, float32")

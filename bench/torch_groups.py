@@ -1,10 +1,11 @@
 """torch.distributed process groups for the benchmarks, set up from MPI.
 
-    init_default_gloo(MPI.COMM_WORLD)   # the default group: Gloo, rank and size from MPI
-    group = ringzero_group()            # our ring behind torch's ProcessGroup API
+    groups = init_groups(MPI.COMM_WORLD, ringzero=True)   # {"ringzero": group, "gloo": group}
+    init_default_gloo(MPI.COMM_WORLD)                     # Gloo alone, as the default group
 
 Under ``mpirun`` nothing tells torch where its rendezvous store is, so rank 0
-starts a TCPStore on a free port and broadcasts (host, port) with mpi4py.
+starts a TCPStore on a free port and broadcasts (host, port) with mpi4py
+(ringzero's backend does the same for itself).
 torch is imported here, never by ``import collectives``.
 """
 from __future__ import annotations
@@ -56,12 +57,25 @@ def init_default_gloo(world: MPI.Comm, timeout_s: float = 120.0):
     return dist
 
 
-def ringzero_group():
-    """A torch process group over ringzero's ring (collectives.torch_backend), same ranks as the default group.
+def init_groups(world: MPI.Comm, ringzero: bool, timeout_s: float = 120.0) -> dict:
+    """torch process groups over the ranks of ``world``: {"gloo": group} and, if asked, {"ringzero": group}.
+
+    With ringzero, the default group is ringzero's (collectives.torch_backend
+    sets its store up from MPI; its subgroups hang off the default one) and
+    Gloo gets a group of its own over the same ranks; without, the default
+    group is Gloo's (:func:`init_default_gloo`).
+
+    Args:
+      world: the MPI communicator whose ranks the groups mirror (its size must be MPI's world size).
+      ringzero: also make a ringzero group.
+      timeout_s: deadline for the rendezvous and every collective.
 
     Raises:
-      RuntimeError: this checkout has no collectives.torch_backend.
+      RuntimeError: ringzero asked for and this checkout has no collectives.torch_backend.
     """
+    if not ringzero:
+        return {"gloo": init_default_gloo(world, timeout_s).group.WORLD}
+    import torch
     import torch.distributed as dist
 
     try:
@@ -69,7 +83,15 @@ def ringzero_group():
     except ImportError as e:
         raise RuntimeError(f"the ringzero torch backend is not available here ({e}); "
                            "it lives in collectives/torch_backend.py") from e
-    return dist.new_group(backend="ringzero")
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)  # as in init_default_gloo
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="ringzero", timeout=timeout)
+    if dist.get_backend() != "ringzero":
+        raise RuntimeError(f"the default torch group is {dist.get_backend()!r}, not ringzero: "
+                           "make the groups with init_groups before any other")
+    return {"ringzero": dist.group.WORLD, "gloo": dist.new_group(backend="gloo", timeout=timeout)}
 
 
 def have_ringzero_backend() -> bool:
