@@ -11,15 +11,17 @@ def _table(stdout: str) -> list[list[str]]:
 
 
 def test_bench_records_follow_nccl_tests_conventions(tmp_path):
-    """ring, mpi and Gloo on 2 ranks: every result right, busbw by the factors, a paired ratio
-    against each baseline (mpi and gloo) on every other algorithm, in the JSON and the table."""
+    """ring, mpi, Gloo and our ring through torch on 2 ranks: every result right, busbw by the
+    factors, a paired ratio against each baseline (mpi and gloo) on every other algorithm, and
+    torch's paired per-call overhead over ring, in the JSON and the table."""
     out = tmp_path / "bench.json"
     ops = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
     p = run_mpi(2, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "256K", "-f", "16", "-w", "1", "-n", "3",
-                "-r", "3", "--op", ",".join(ops), "--algorithm", "ring,mpi,gloo", "--json", str(out), timeout=240)
+                "-r", "3", "--op", ",".join(ops), "--algorithm", "ring,mpi,gloo,torch", "--json", str(out), timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = json.loads(out.read_text())
-    assert {(r["op"], r["algorithm"]) for r in recs} == {(op, alg) for op in ops for alg in ("ring", "mpi", "gloo")}
+    algs = ("ring", "mpi", "gloo", "torch")
+    assert {(r["op"], r["algorithm"]) for r in recs} == {(op, alg) for op in ops for alg in algs}
     assert sorted({r["bytes"] for r in recs}) == [1024, 16384, 262144]
     for r in recs:
         assert set(r) >= {"op", "algorithm", "dtype", "bytes", "ranks", "time_us", "algbw", "busbw", "wrong"}
@@ -37,14 +39,21 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
             assert abs(r[f"ratio_vs_{base}"] - paired) < 1e-9
             twin = next(q for q in recs if (q["op"], q["bytes"], q["algorithm"]) == (r["op"], r["bytes"], base))
             assert r[f"{base}_rounds_us"] == twin["rounds_us"]
+        if r["algorithm"] == "torch":  # the process group's cost over the bare Communicator, paired
+            ring = next(q for q in recs if (q["op"], q["bytes"], q["algorithm"]) == (r["op"], r["bytes"], "ring"))
+            diff = statistics.median(t - g for t, g in zip(r["rounds_us"], ring["rounds_us"]))
+            assert abs(r["overhead_vs_ring_us"] - diff) < 1e-6
+        else:
+            assert "overhead_vs_ring_us" not in r
     # the printed table says the same: one row per record, #wrong 0, a ratio against each other baseline
     rows = _table(p.stdout)
     assert len(rows) == len(recs)
     assert all(row[9] == "0" for row in rows)
     for row in rows:
-        vs_mpi, vs_gloo = row[10], row[11]
+        vs_mpi, vs_gloo, over = row[10], row[11], row[12]
         assert (vs_mpi == "-") == (row[5] == "mpi") and (vs_gloo == "-") == (row[5] == "gloo"), row
         assert all(c == "-" or c.endswith("x") for c in (vs_mpi, vs_gloo))
+        assert (over == "-") == (row[5] != "torch") and (over == "-" or float(over) == float(over)), row
 
 
 def test_bench_gloo_bfloat16_and_its_limits(tmp_path):
