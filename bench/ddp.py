@@ -226,13 +226,14 @@ def main(argv=None) -> int:
         records.append(dict(model=c.kind, mode=c.mode, backend=c.backend, params=c.params, ranks=n,
                             batch=a.batch, step_ms=dt * 1e3, steps_per_s=1 / dt,
                             rounds_ms=[t * 1e3 for t in times[i]], losses=c.losses))
-    for r, i in zip(records, range(len(configs))):
-        twin = next((j for j, c in enumerate(configs) if (c.kind, c.mode, c.backend) == (r["model"], r["mode"], "gloo")),
-                    None)
+    index = {(c.kind, c.mode, c.backend): i for i, c in enumerate(configs)}
+    for i, r in enumerate(records):
+        twin = index.get((r["model"], r["mode"], "gloo"))
         if r["backend"] != "gloo" and twin is not None:
             r["ratio_vs_gloo"] = float(np.median([g / t for g, t in zip(times[twin], times[i])]))
             ref = np.array(configs[twin].losses)
-            r["loss_rel_diff_vs_gloo"] = float(np.max(np.abs(np.array(r["losses"]) - ref) / np.maximum(np.abs(ref), 1e-30)))
+            diff = np.abs(np.array(r["losses"]) - ref) / np.maximum(np.abs(ref), 1e-30)
+            r["loss_rel_diff_vs_gloo"] = float(np.max(diff))
     say()
     say(f"{'model':>12} {'mode':>6} {'backend':>9} {'params':>11} {'step(ms)':>9} {'steps/s':>8} "
         f"{'vs gloo':>8} {'loss diff':>9}")

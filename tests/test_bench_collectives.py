@@ -53,7 +53,8 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
         vs_mpi, vs_gloo, over = row[10], row[11], row[12]
         assert (vs_mpi == "-") == (row[5] == "mpi") and (vs_gloo == "-") == (row[5] == "gloo"), row
         assert all(c == "-" or c.endswith("x") for c in (vs_mpi, vs_gloo))
-        assert (over == "-") == (row[5] != "torch") and (over == "-" or float(over) == float(over)), row
+        assert (over == "-") == (row[5] != "torch"), row
+        assert over == "-" or abs(float(over)) < 1e9
 
 
 def test_bench_gloo_bfloat16_and_its_limits(tmp_path):
