@@ -29,7 +29,10 @@ torch`` our ring called through the ringzero ProcessGroup
 "torch-ring(us)" column is the group's per-call cost over the bare
 Communicator, paired round by round. torch's all-reduce and broadcast work in
 place: they run on the output buffer, refilled from the input before each
-round outside the timing.
+round outside the timing (so torch-ring also holds the difference between
+our in-place and out-of-place all-reduce, nothing at small sizes). torch runs
+one intra-op thread per rank, as under torchrun: more spin in OpenMP and
+slowed ring and MPI in the same run a hundredfold on this 2-core machine.
 
 ``--algorithm ring,mpi,p2p`` adds the bare ring (bench/bare_ring.py): the
 same ring with nothing but Isend, Irecv and numpy, the ceiling of any ring
