@@ -41,7 +41,8 @@ def test_dist_collectives_exact(mpi, n, tmp_path):
         for r in range(2):  # COLLECTIVES_TRACE recorded DDP's gradient all-reduces as ring traffic
             events = json.loads((tmp_path / f"trace.rank{r}.json").read_text())["traceEvents"]
             reduces = [e for e in events if e["name"].startswith("all_reduce") and e.get("ph") == "X"]
-            assert reduces and sum(e["args"]["bytes_sent"] for e in reduces) > 4 * 64 * 64, events[:5]
+            assert reduces and sum(e["args"]["bytes_sent"] for e in reduces) > 4 * 256 * 256, events[:5]
+            assert any(e.get("cat") == "reduce" and "reduce-scatter" in e["name"] for e in events), events[:9]
     if n == 4:  # DDP, ZeroRedundancyOptimizer, FSDP2 (resharding and not), HSDP on a 2x2 mesh,
         for case in ("ddp", "zero1", "fsdp2", "fsdp2-zero2", "hsdp"):  # SGD+momentum and AdamW:
             for opt in ("sgd", "adamw"):  # 5 steps equal one-process training within 1e-6

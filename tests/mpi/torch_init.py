@@ -84,9 +84,9 @@ def main(trace: str | None = None) -> list[str]:
         dist.init_process_group(backend="ringzero")
         from torch.nn.parallel import DistributedDataParallel as DDP
         torch.manual_seed(0)
-        model = DDP(torch.nn.Linear(64, 64), bucket_cap_mb=0.01)
+        model = DDP(torch.nn.Linear(256, 256))  # 257 KiB of gradients: past the small path, on the ring
         for _ in range(2):
-            model(torch.randn(4, 64)).sum().backward()
+            model(torch.randn(4, 256)).sum().backward()
         result("ddp under COLLECTIVES_TRACE", True)
         dist.destroy_process_group()
     if trace:
