@@ -11,7 +11,36 @@ from __future__ import annotations
 
 import json
 
+import threading
+
 import pytest
+
+from collectives.work import Engine
+
+
+def test_work_done_callback_runs_once_on_the_progress_thread():
+    """What the torch futures rely on: the callback fires when the work finishes (on
+    the engine's thread), or at once when added later; result() gives the outcome."""
+    engine = Engine("cb-test")
+    gate, seen = threading.Event(), []
+    ok = engine.submit(lambda: gate.wait(10) and 42, "ok")
+    ok.add_done_callback(lambda w: seen.append(("ok", w.result(), threading.current_thread().name)))
+    assert seen == []  # still running
+    gate.set()
+    bad = engine.submit(lambda: 1 / 0, "bad")
+    engine.drain()
+    errors = []
+
+    def on_bad(w):
+        try:
+            w.result()
+        except ZeroDivisionError as e:
+            errors.append(e)
+    bad.add_done_callback(on_bad)  # already finished: runs now, here
+    assert seen == [("ok", 42, "cb-test")] and len(errors) == 1
+    assert ok.wait() == 42  # result() did not count as the one wait()
+    engine.close()
+
 
 torch = pytest.importorskip("torch")
 
