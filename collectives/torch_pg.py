@@ -42,9 +42,11 @@ class RingzeroProcessGroup(dist.ProcessGroup):
     def __init__(self, comm: Communicator, mpi_comm=None):
         super().__init__(comm.rank, comm.size)
         self.comm = comm
+        self._mpi_comm = mpi_comm
         self._a2a_comm = mpi_comm.Dup() if mpi_comm is not None else None
         self._group_name = ""
         self._group_desc = ""
+        self._closed = False
 
     # ------------------------------------------------------------- identity
     def getBackendName(self) -> str:
@@ -78,6 +80,17 @@ class RingzeroProcessGroup(dist.ProcessGroup):
 
     def _set_group_desc(self, desc: str) -> None:
         self._group_desc = desc
+
+    def shutdown(self) -> None:
+        """Finish queued work, stop the progress thread, free the MPI communicators
+        (``dist.destroy_process_group`` calls this on every rank)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.comm.close()  # later calls raise "communicator is closed"
+        for c in (self._a2a_comm, self._mpi_comm):
+            if c is not None:
+                c.Free()
 
     def __repr__(self) -> str:
         return f"<RingzeroProcessGroup {self._group_name!r} rank {self.comm.rank}/{self.comm.size}>"

@@ -1,16 +1,46 @@
 """The torch.distributed backend "ringzero": dist.* collectives, training, CUDA.
 
-One mpirun launch per world size runs the whole dist.* matrix
+One mpirun launch per world size (2, 3, 4) runs the whole dist.* matrix
 (tests/mpi/torch_collectives.py: every collective, dtype, op, size, async
 and strided, exact against numpy, then a mismatched call that must raise on
-every rank); one more launch trains DDP, FSDP2, HSDP and
-ZeroRedundancyOptimizer against one-process training.
+every rank); the 2-rank launch also runs the init variants and the trace,
+the 4-rank one trains DDP, FSDP2, HSDP and ZeroRedundancyOptimizer against
+one-process training.
 """
 from __future__ import annotations
 
 import json
 
+import threading
+
 import pytest
+
+from collectives.work import Engine
+
+
+def test_work_done_callback_runs_once_on_the_progress_thread():
+    """What the torch futures rely on: the callback fires when the work finishes (on
+    the engine's thread), or at once when added later; result() gives the outcome."""
+    engine = Engine("cb-test")
+    gate, seen = threading.Event(), []
+    ok = engine.submit(lambda: gate.wait(10) and 42, "ok")
+    ok.add_done_callback(lambda w: seen.append(("ok", w.result(), threading.current_thread().name)))
+    assert seen == []  # still running
+    gate.set()
+    bad = engine.submit(lambda: 1 / 0, "bad")
+    engine.drain()
+    errors = []
+
+    def on_bad(w):
+        try:
+            w.result()
+        except ZeroDivisionError as e:
+            errors.append(e)
+    bad.add_done_callback(on_bad)  # already finished: runs now, here
+    assert seen == [("ok", 42, "cb-test")] and len(errors) == 1
+    assert ok.wait() == 42  # result() did not count as the one wait()
+    engine.close()
+
 
 torch = pytest.importorskip("torch")
 
@@ -24,36 +54,28 @@ def _assert_all_ranks_ok(proc, n):
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_dist_collectives_exact(mpi, n):
-    proc = mpi(n, "torch_collectives.py", timeout=300)
+def test_dist_collectives_exact(mpi, n, tmp_path):
+    """The dist.* matrix at n ranks; at 2 also the init variants and the trace, at 4
+    the training comparisons (one launch each: importing torch costs seconds)."""
+    extra = {2: ["--init", str(tmp_path / "trace.json")], 3: [], 4: ["--train"]}[n]
+    proc = mpi(n, "torch_collectives.py", *extra, timeout=300)
     out = _assert_all_ranks_ok(proc, n)
     # the mismatched all_reduce raised on every rank, naming the disagreeing ranks
     raised = [line for line in proc.stdout.splitlines() if "mismatch raised" in line]
     assert len(raised) == n, out[-3000:]
     assert all("count differs (rank 0: 10, rank" in line for line in raised), raised
-
-
-def test_training_matches_one_process(mpi):
-    """DDP, ZeroRedundancyOptimizer, FSDP2 (resharding and not) and HSDP on a 2x2
-    mesh, SGD+momentum and AdamW: 5 steps equal one-process training within 1e-6."""
-    proc = mpi(4, "torch_train.py", timeout=300)
-    out = _assert_all_ranks_ok(proc, 4)
-    for case in ("ddp", "zero1", "fsdp2", "fsdp2-zero2", "hsdp"):
-        for opt in ("sgd", "adamw"):
-            assert out.count(f"PASS {case} {opt} ") == 4, (case, opt, out[-3000:])
-
-
-def test_init_variants_and_trace(mpi, tmp_path):
-    """A wrong world size fails at once; explicit rank/world_size, store and tcp://
-    work; COLLECTIVES_TRACE records DDP's gradient all-reduces as ring traffic."""
-    proc = mpi(2, "torch_init.py", str(tmp_path / "trace.json"), timeout=240)
-    out = _assert_all_ranks_ok(proc, 2)
-    for case in ("world_size mismatch", "explicit rank and world_size", "explicit store", "tcp init_method"):
-        assert out.count(f"PASS {case}") == 2, (case, out[-3000:])
-    for r in range(2):
-        events = json.loads((tmp_path / f"trace.rank{r}.json").read_text())["traceEvents"]
-        reduces = [e for e in events if e["name"].startswith("all_reduce") and e.get("ph") == "X"]
-        assert reduces and sum(e["args"]["bytes_sent"] for e in reduces) > 4 * 64 * 64, events[:5]
+    if n == 2:  # a wrong world size fails at once; explicit rank/world_size, store and tcp:// work
+        for case in ("world_size mismatch", "explicit rank and world_size", "explicit store", "tcp init_method"):
+            assert out.count(f"PASS {case}") == 2, (case, out[-3000:])
+        for r in range(2):  # COLLECTIVES_TRACE recorded DDP's gradient all-reduces as ring traffic
+            events = json.loads((tmp_path / f"trace.rank{r}.json").read_text())["traceEvents"]
+            reduces = [e for e in events if e["name"].startswith("all_reduce") and e.get("ph") == "X"]
+            assert reduces and sum(e["args"]["bytes_sent"] for e in reduces) > 4 * 256 * 256, events[:5]
+            assert any(e.get("cat") == "reduce" and "reduce-scatter" in e["name"] for e in events), events[:9]
+    if n == 4:  # DDP, ZeroRedundancyOptimizer, FSDP2 (resharding and not), HSDP on a 2x2 mesh,
+        for case in ("ddp", "zero1", "fsdp2", "fsdp2-zero2", "hsdp"):  # SGD+momentum and AdamW:
+            for opt in ("sgd", "adamw"):  # 5 steps equal one-process training within 1e-6
+                assert out.count(f"PASS {case} {opt} ") == 4, (case, opt, out[-3000:])
 
 
 # ---------------------------------------------------------------- the CUDA half

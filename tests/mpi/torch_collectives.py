@@ -8,6 +8,12 @@ at the end, "OK rank r checks k" when all passed; exits 1 on any failure.
 
 Last, a mismatched all-reduce (rank 0 sends a different size) must raise on
 every rank, naming the ranks, well within the init timeout.
+
+To save launches (importing torch costs seconds per rank), the same process
+can also run, first, torch_init.py's cases (``--init TRACE``) and, before the
+mismatch, torch_train.py's training comparisons (``--train``).
+
+    mpirun -n 4 python tests/mpi/torch_collectives.py [--init TRACE_PATH] [--train]
 """
 from __future__ import annotations
 
@@ -21,6 +27,11 @@ import torch.distributed as dist
 
 import collectives.torch_backend  # noqa: F401  registers "ringzero"
 
+failures: list[str] = []
+if "--init" in sys.argv:
+    import torch_init  # this script's folder is on sys.path
+    failures += [f"FAIL init case {c}" for c in torch_init.main(sys.argv[sys.argv.index("--init") + 1])]
+
 TIMEOUT_S = 30
 dist.init_process_group(backend="ringzero", timeout=timedelta(seconds=TIMEOUT_S))
 R, N = dist.get_rank(), dist.get_world_size()
@@ -29,7 +40,6 @@ FLOATS = {torch.float32, torch.float64, torch.bfloat16, torch.float16}
 OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
        "min": dist.ReduceOp.MIN, "prod": dist.ReduceOp.PRODUCT}
 SIZES = [0, 1, 7, 1031]
-failures: list[str] = []
 checks = 0
 pending: list = []  # (work, tensor, expected, label): async calls checked after their wait
 
@@ -197,6 +207,11 @@ except Exception as e:  # noqa: BLE001
     checks += 1
     if "BAND" not in str(e):
         failures.append(f"FAIL rank {R} BAND error does not name the op: {e}")
+
+if "--train" in sys.argv:
+    import torch_train
+    if torch_train.main():
+        failures.append("FAIL training comparisons (see FAIL lines above)")
 
 # a mismatched call raises everywhere, naming ranks, before the timeout
 t0 = time.monotonic()

@@ -1,6 +1,6 @@
 """DDP, FSDP2, HSDP and ZeroRedundancyOptimizer over "ringzero" match one-process training.
 
-Run under mpirun (HSDP needs 4 ranks; it is skipped, and says so, at other
+Run under mpirun, alone or from torch_collectives.py --train (HSDP needs 4 ranks; it is skipped, and says so, at other
 sizes). Each rank trains a float64 MLP for 5 steps on its slice of a fixed
 batch; the reference trains the same model on the whole batch in one
 process (every rank computes it locally, no communication). Parameters must
@@ -20,8 +20,6 @@ from torch import nn
 import collectives.torch_backend  # noqa: F401  registers "ringzero"
 
 STEPS, BATCH, RTOL = 5, 24, 1e-6
-dist.init_process_group(backend="ringzero")
-R, N = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
 DATA = torch.randn(STEPS, BATCH, 12, dtype=torch.float64)
 TARGET = torch.randn(STEPS, BATCH, 3, dtype=torch.float64)
@@ -94,7 +92,10 @@ def run_fsdp(opt_name, mesh, rows, reshard=True):
 
 
 def main() -> int:
+    """Every case over the initialised default group; 0 when all passed."""
+    global R, N
     from torch.distributed.device_mesh import init_device_mesh
+    R, N = dist.get_rank(), dist.get_world_size()
     mesh1 = init_device_mesh("cpu", (N,))
     mesh2 = init_device_mesh("cpu", (2, N // 2), mesh_dim_names=("replicate", "shard")) if N == 4 else None
     for opt_name in OPTIMIZERS:
@@ -113,13 +114,13 @@ def main() -> int:
             compare(f"{name} {opt_name}", fn(), want)
     for f in failures:
         print(f, flush=True)
-    if failures:
-        return 1
-    print(f"OK rank {R}", flush=True)
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
+    dist.init_process_group(backend="ringzero")
     code = main()
+    if not code:
+        print(f"OK rank {R}", flush=True)
     dist.destroy_process_group()
     sys.exit(code)
