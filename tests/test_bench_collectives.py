@@ -58,8 +58,8 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
 
 
 def test_bench_gloo_bfloat16_and_its_limits(tmp_path):
-    """Gloo takes bfloat16 through the int16 view (same buffers, results checked), and refuses
-    what it cannot do (avg; GPU arrays) before any rank starts."""
+    """Gloo takes bfloat16 through the int16 view (same buffers, results checked), runs on one
+    rank, and refuses what it cannot do (avg; GPU arrays) before any rank starts."""
     out = tmp_path / "bench.json"
     p = run_mpi(3, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "1K", "-w", "1", "-n", "2", "-r", "2",
                 "--dtype", "bfloat16", "--op", "all_reduce,reduce_scatter,all_gather,broadcast",
@@ -68,6 +68,13 @@ def test_bench_gloo_bfloat16_and_its_limits(tmp_path):
     recs = json.loads(out.read_text())
     assert len(recs) == 8 and all(r["wrong"] == 0 and r["dtype"] == "bfloat16" for r in recs)
     assert all(r["ratio_vs_gloo"] > 0 for r in recs if r["algorithm"] == "ring")
+    # one rank: busbw is 0 for all-reduce (factor 0), the ratios still come from the times
+    p = run_mpi(1, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "1K", "-w", "1", "-n", "2", "-r", "2",
+                "--op", "all_reduce,broadcast", "--algorithm", "ring,gloo", "--json", str(out), timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    one = json.loads(out.read_text())
+    assert len(one) == 4 and all(r["wrong"] == 0 for r in one)
+    assert all(r["ratio_vs_gloo"] > 0 for r in one if r["algorithm"] == "ring")
     for bad, why in ((["--redop", "avg"], "no avg"), (["--device", "cuda"], "host arrays only")):
         p = run_mpi(1, ROOT / "bench" / "collectives.py", "--algorithm", "ring,gloo", *bad, timeout=60)
         assert p.returncode != 0 and why in p.stderr, p.stderr
