@@ -1,23 +1,23 @@
-"""The public object: ``Communicator`` and its collectives.
+"""The public object: ``Communicator``, its collectives and their argument checks.
 
-Every call checks its arguments on the caller's thread before a byte moves,
-then runs (now, or queued behind earlier async calls) as: header agreement
-(see agree.py), then the algorithm chosen at construction.
+Every call adapts its arrays once (arrays.py: numpy, cupy or torch), checks
+its arguments on the caller's thread before a byte moves, builds the header,
+and hands over to dispatch.py, which runs it (now, or queued behind earlier
+async calls): header agreement (agree.py), then the algorithm chosen at
+construction.
 """
 from __future__ import annotations
 
 import itertools
 import numbers
 
-import numpy as np
 
-from . import ring, small
-from .agree import ALGORITHMS, COLLECTIVES, MAX_SMALL_BYTES, agree, digest, make_header, start_agreement
-from .context import Context
-from .dtypes import DTYPES, check_op, dtype_code
-from .errors import CollectiveError
-from .kernels import NUMPY_KERNELS, is_device_array, kernels_for
-from .schedule import split_counts
+from . import ring
+from .agree import ALGORITHMS, COLLECTIVES, MAX_SMALL_BYTES, digest, make_header
+from .arrays import Array, adapt, check_overlap
+from .dispatch import Dispatcher
+from .dtypes import check_op, dtype_code
+from .kernels import NUMPY_KERNELS
 from .work import Engine
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # fewer, larger messages won here: each rendezvous costs ~10 us
@@ -25,7 +25,7 @@ DEFAULT_SMALL_BYTES = 128 * 1024  # recursive doubling beats the ring below this
 _ids = itertools.count()
 
 
-class Communicator:
+class Communicator(Dispatcher):
     """Ring collectives over a group of ranks.
 
     Args:
@@ -95,89 +95,97 @@ class Communicator:
         """Reduce ``x`` over all ranks; every rank gets the result.
 
         Args:
-          x: contiguous numpy or cupy array.
-          op: "sum", "avg", "max", "min" or "prod".
-          out: where to write (same shape size and dtype); ``out=x`` is in place.
+          x: contiguous numpy or cupy array, or torch tensor (CPU or CUDA).
+          op: "sum", "avg", "max", "min" or "prod". avg divides floating
+            inputs by the world size before summing (as NCCL does); integers
+            are summed, then divided, truncating toward zero.
+          out: where to write (same size, dtype and kind); ``out=x`` is in place.
           async_op: return a Work instead of the result.
+
+        Returns:
+          ``out`` (a new array of x's kind and shape when None), or a Work.
         """
         code = check_op(op)
-        self._check_array(x, "x")
-        out = self._out(out, x, x.size, "out", like=x)
-        hdr = self._header("all_reduce", x, op=code, count=x.size)
-        xf, of = x.reshape(-1), out.reshape(-1)
-        return self._launch("all_reduce", hdr, lambda ctx: self._all_reduce(ctx, hdr, xf, of, op), out, async_op)
+        xa = adapt(x, "x")
+        oa = self._out(out, xa, None, "all_reduce")
+        hdr = self._header("all_reduce", xa, op=code, count=xa.size)
+        return self._dispatch("all_reduce", hdr, xa, oa, async_op, op=op)
 
     def reduce_scatter(self, x, op: str = "sum", out=None, counts=None, async_op: bool = False):
         """Reduce ``x`` over all ranks; rank r gets the r-th segment.
 
         Args:
-          x: contiguous array; its flat elements are split into segments.
-          op: reduction op.
-          out: receives counts[rank] elements.
+          x: contiguous array or tensor; its flat elements are split into segments.
+          op: reduction op (see all_reduce).
+          out: receives counts[rank] elements; must not overlap x.
           counts: elements per rank (uneven and zero allowed); by default an
             equal split, which needs x.size divisible by the world size.
           async_op: return a Work instead of the result.
         """
         code = check_op(op)
-        self._check_array(x, "x")
+        xa = adapt(x, "x")
         if counts is None:
-            if x.size % self.size:
-                raise ValueError(f"reduce_scatter: x has {x.size} elements, not divisible by "
+            if xa.size % self.size:
+                raise ValueError(f"reduce_scatter: x has {xa.size} elements, not divisible by "
                                  f"world size {self.size}; pass counts= for an uneven split")
-            counts = [x.size // self.size] * self.size
+            counts = [xa.size // self.size] * self.size
         else:
             counts = self._check_counts(counts, "reduce_scatter")
-            if sum(counts) != x.size:
-                raise ValueError(f"reduce_scatter: counts add up to {sum(counts)}, x has {x.size} elements")
-        out = self._out(out, x, counts[self.rank], "out")
-        if not is_device_array(x) and np.shares_memory(out, x):
-            raise ValueError("reduce_scatter: out must not overlap x")
-        hdr = self._header("reduce_scatter", x, op=code, count=x.size, counts=digest(counts))
-        xf, of = x.reshape(-1), out.reshape(-1)
-        return self._launch("reduce_scatter", hdr,
-                            lambda ctx: self._reduce_scatter(ctx, hdr, xf, of, counts, op), out, async_op)
+            if sum(counts) != xa.size:
+                raise ValueError(f"reduce_scatter: counts add up to {sum(counts)}, x has {xa.size} elements")
+        oa = self._out(out, xa, counts[self.rank], "reduce_scatter")
+        hdr = self._header("reduce_scatter", xa, op=code, count=xa.size, counts=digest(counts))
+        return self._dispatch("reduce_scatter", hdr, xa, oa, async_op, op=op, counts=counts)
 
     def all_gather(self, x, out=None, counts=None, async_op: bool = False):
         """Gather every rank's ``x`` into one flat array, in rank order.
 
         Args:
-          x: this rank's piece (contiguous).
+          x: this rank's piece (contiguous); may be exactly its own segment of
+            ``out`` (in place), but may not otherwise overlap it.
           out: receives sum(counts) elements.
           counts: elements per rank; by default every piece has x.size.
           async_op: return a Work instead of the result.
         """
-        self._check_array(x, "x")
+        xa = adapt(x, "x")
         if counts is None:
-            counts, cnt = [x.size] * self.size, x.size
+            counts = [xa.size] * self.size
         else:
             counts = self._check_counts(counts, "all_gather")
-            if counts[self.rank] != x.size:
+            if counts[self.rank] != xa.size:
                 raise ValueError(f"all_gather: counts[{self.rank}] = {counts[self.rank]} but x has "
-                                 f"{x.size} elements on rank {self.rank}")
-            cnt = sum(counts)
-        out = self._out(out, x, sum(counts), "out")
-        hdr = self._header("all_gather", x, count=cnt, counts=digest(counts))
-        xf, of = x.reshape(-1), out.reshape(-1)
-        return self._launch("all_gather", hdr, lambda ctx: self._all_gather(ctx, hdr, xf, of, counts), out, async_op)
+                                 f"{xa.size} elements on rank {self.rank}")
+        # the header counts the whole output, however the counts were given
+        oa = self._out(out, xa, sum(counts), "all_gather", offset=sum(counts[:self.rank]))
+        hdr = self._header("all_gather", xa, count=oa.size, counts=digest(counts))
+        return self._dispatch("all_gather", hdr, xa, oa, async_op, counts=counts)
 
     def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
-        """Copy ``root``'s ``x`` to every rank. ``out=x`` works in place."""
-        self._check_array(x, "x")
+        """Copy ``root``'s ``x`` to every rank.
+
+        Args:
+          x: contiguous array or tensor (its contents matter on ``root`` only).
+          root: the rank whose ``x`` is sent.
+          out: where to write (same size, dtype and kind); ``out=x`` is in place.
+          async_op: return a Work instead of the result.
+        """
+        xa = adapt(x, "x")
         if not isinstance(root, numbers.Integral) or not 0 <= root < self.size:
             raise ValueError(f"broadcast: root {root!r} is not a rank of this group (size {self.size})")
-        out = self._out(out, x, x.size, "out", like=x)
-        hdr = self._header("broadcast", x, count=x.size, root=int(root))
-        xf, of = x.reshape(-1), out.reshape(-1)
-        return self._launch("broadcast", hdr, lambda ctx: self._broadcast(ctx, hdr, xf, of, int(root)), out, async_op)
+        oa = self._out(out, xa, None, "broadcast")
+        hdr = self._header("broadcast", xa, count=xa.size, root=int(root))
+        return self._dispatch("broadcast", hdr, xa, oa, async_op, root=int(root))
 
     def barrier(self, async_op: bool = False):
         """Return once every rank has entered the barrier."""
         hdr = self._header("barrier", None)
-        return self._launch("barrier", hdr, lambda ctx: agree(ctx, hdr), None, async_op)
+        return self._dispatch("barrier", hdr, None, None, async_op)
 
     def scratch_bytes(self) -> int:
         """Bytes of the reusable communication buffers this communicator holds now."""
-        return sum(b.nbytes for b in self._scratch.values())
+        # a snapshot first: the progress thread may add a buffer meanwhile, and
+        # iterating a dict that grows raises "dictionary changed size"
+        return sum(b.nbytes for b in tuple(self._scratch.values()))
 
     def close(self) -> None:
         """Finish queued work and release the progress thread and MPI resources."""
@@ -197,161 +205,33 @@ class Communicator:
     def __repr__(self) -> str:
         return f"<Communicator rank {self.rank}/{self.size} algorithm={self.algorithm}>"
 
-    # ------------------------------------------------------------ execution
-    def _launch(self, name, hdr, body, result, async_op):
-        label = f"{name} #{self._seq - 1}"
-
-        def task():
-            if self._broken is not None:
-                raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
-                                      f"earlier error: {self._broken}") from self._broken
-            if result is None or type(result) is np.ndarray:  # host arrays: everything prepared once
-                kernels, transport, scratch = NUMPY_KERNELS, self.transport, self._host_scratch
-            else:
-                kernels = self._kernels(result)
-                transport, scratch = self._transport_for(result), self._scratch_for(kernels)
-            ctx = Context(transport, kernels, label, self.timeout, self._chunk_elems(result), scratch,
-                          self.tracer, self._cache, self.window)
-            try:
-                if ctx.tracer is not None:
-                    ctx.tracer.begin(label, rank=self.rank)
-                body(ctx)
-                if ctx.tracer is not None:
-                    ctx.tracer.end(label, rank=self.rank)
-            except BaseException as e:
-                self._broken = e
-                ctx.abandon()
-                raise
-            return result
-
-        if async_op:
-            return self._engine.submit(task, label)
-        return self._engine.run(task, label)
-
-    def _all_reduce(self, ctx, hdr, x, out, op):
-        base = "sum" if op == "avg" else op
-        if self._baseline is None and out.nbytes <= self.small_bytes:
-            small.all_reduce(ctx, hdr, x, out, base)  # header rides along
-        elif self._baseline is not None:
-            self._agree(ctx, hdr)
-            return self._baseline.all_reduce(x, out, op)
-        else:
-            self._ring(ctx, hdr, ring.all_reduce, x, out, split_counts(x.size, self.size, _granule(x)), base)
-        if op == "avg":
-            ctx.kernels.scale(out, self.size)
-
-    def _reduce_scatter(self, ctx, hdr, x, out, counts, op):
-        base = "sum" if op == "avg" else op
-        if self._baseline is None and x.nbytes <= self.small_bytes // 4:
-            small.reduce_scatter(ctx, hdr, x, out, counts, base)
-        elif self._baseline is not None:
-            self._agree(ctx, hdr)
-            return self._baseline.reduce_scatter(x, out, counts, op)
-        else:
-            self._ring(ctx, hdr, ring.reduce_scatter, x, out, counts, base)
-        if op == "avg":
-            ctx.kernels.scale(out, self.size)
-
-    def _all_gather(self, ctx, hdr, x, out, counts):
-        if self._baseline is None and out.nbytes <= self.small_bytes // 4:
-            return small.all_gather(ctx, hdr, x, out, counts)
-        if self._baseline is not None:
-            self._agree(ctx, hdr)
-            return self._baseline.all_gather(x, out, counts)
-        self._ring(ctx, hdr, ring.all_gather, x, out, counts)
-
-    def _broadcast(self, ctx, hdr, x, out, root):
-        self._agree(ctx, hdr)
-        if out is not x and self.rank == root:
-            ctx.kernels.copy(out, x)
-        if self._baseline is not None:
-            return self._baseline.broadcast(out, root)
-        ring.broadcast(ctx, out, root)
-
-    def _agree(self, ctx, hdr):
-        if self.verify:
-            agree(ctx, hdr)
-
-    def _ring(self, ctx, hdr, algo, *args):
-        """Run a ring collective with its header check inside: the ring posts its
-        first sends, then starts and finishes the agreement (Context.checked)
-        before it posts a receive, so the header round trip overlaps the sends
-        and the local work, and no receive exists before the verdict."""
-        if self.verify:
-            ctx.check = lambda: start_agreement(ctx, hdr)
-        algo(ctx, *args)
-        ctx.checked()  # a path that posted nothing (one rank, zero counts) checks here
-
     # ------------------------------------------------------------- helpers
-    def _header(self, name, x, op=0, count=0, counts=0, root=0):
+    def _header(self, name, xa: Array | None, op=0, count=0, counts=0, root=0):
         seq = self._seq
         self._seq += 1
-        if x is None:
+        if xa is None:
             dtype, device = 0, 0
         else:
-            dtype, device = dtype_code(x.dtype), int(type(x) is not np.ndarray and is_device_array(x))
+            dtype, device = dtype_code(xa.flat.dtype), int(xa.device)
         return make_header(seq, COLLECTIVES[name], op, dtype, count, counts, root,
                            ALGORITHMS[self.algorithm], self.chunk_bytes, self.small_bytes, device)
 
-    def _transport_for(self, x):
-        """The transport that moves ``x``: host arrays go straight over MPI;
-        device (cupy) arrays go through the device transport (CUDA-aware MPI,
-        CUDA IPC or pinned-host staging; see transport/device.py)."""
-        if x is None or not is_device_array(x):
-            return self.transport
-        if self._device_transport is None:
-            from .transport.device import make_device_transport
-            self._device_transport = make_device_transport(self.transport)
-        return self._device_transport
-
-    def _kernels(self, x):
-        return kernels_for(x) if x is not None else kernels_for(np.empty(0))
-
-    def _chunk_elems(self, x):
-        return max(1, self.chunk_bytes // (x.dtype.itemsize if x is not None else 1))
-
-    def _scratch_for(self, kernels):
-        """scratch(name, n, dtype, host=False): reusable buffers where ``kernels`` computes
-        (host=True: always host memory, for headers). Fresh allocations would
-        page-fault on every call."""
-        def scratch(name, n, dtype, host=False):
-            k = NUMPY_KERNELS if host else kernels
-            key = (name, np.dtype(dtype).str, k.name, getattr(k, "_device", None))
-            buf = self._scratch.get(key)
-            if buf is None or buf.size < n:
-                buf = k.empty(max(n, 1), dtype)
-                self._scratch[key] = buf
-            return buf[:n]
-        return scratch
-
-    @staticmethod
-    def _check_array(x, name):
-        if type(x) is np.ndarray and x.dtype in _HOST_CODES and x.flags.c_contiguous:
-            return  # the common case, in three checks
-        if not isinstance(x, np.ndarray) and not is_device_array(x):
-            raise TypeError(f"{name} must be a numpy or cupy array, got {type(x).__name__}")
-        dtype_code(x.dtype)  # TypeError for unsupported dtypes
-        if not x.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous (got strides {x.strides}); pass x.copy()")
-
-    def _out(self, out, x, n, name, like=None):
-        if (type(out) is np.ndarray and type(x) is np.ndarray and out.dtype is x.dtype and out.size == n
-                and out.dtype in _HOST_CODES and out.flags.c_contiguous and out.flags.writeable):
-            return out  # the common case: a host array of the right size and type
+    def _out(self, out, xa: Array, n: int | None, what: str, offset: int = 0) -> Array:
+        """``out`` adapted and checked against ``x`` (n elements; None: x's size), or a new
+        array of x's kind; the aliasing rule (arrays.check_overlap) is checked here."""
         if out is None:
-            if like is not None:
-                return kernels_for(x).xp.empty_like(like)
-            return kernels_for(x).xp.empty(n, dtype=x.dtype)
-        self._check_array(out, name)
-        if out.dtype != x.dtype:
-            raise TypeError(f"{name} has dtype {out.dtype}, x has {x.dtype}")
-        if out.size != n:
-            raise ValueError(f"{name} has {out.size} elements, expected {n}")
-        if is_device_array(out) != is_device_array(x):
-            raise TypeError(f"{name} and x must both be host (numpy) or both device (cupy) arrays")
-        if not is_device_array(out) and not out.flags.writeable:
-            raise ValueError(f"{name} is read-only")
-        return out
+            return xa.empty(n)
+        oa = adapt(out, "out", writable=True)
+        want = xa.size if n is None else n
+        if oa.flat.dtype != xa.flat.dtype:
+            raise TypeError(f"{what}: out has dtype {oa.flat.dtype}, x has {xa.flat.dtype}")
+        if oa.size != want:
+            raise ValueError(f"{what}: out has {oa.size} elements, expected {want}")
+        if oa.device != xa.device:
+            raise TypeError(f"{what}: out and x must both be host (numpy, CPU torch) or both device "
+                            f"(cupy, CUDA torch) arrays; x is a {xa.kind.name}, out a {oa.kind.name}")
+        check_overlap(what, xa, oa, self.rank, offset)
+        return oa
 
     def _check_counts(self, counts, what):
         try:
@@ -369,9 +249,6 @@ class Communicator:
         return counts
 
 
-_HOST_CODES = frozenset(dt for dt, _ in DTYPES.values())
-
-
 def _make_baseline(algorithm: str, transport):
     """The registry of other libraries' collectives, imported only when asked for."""
     if algorithm == "mpi":
@@ -381,8 +258,3 @@ def _make_baseline(algorithm: str, transport):
         from .nccl_algo import NcclAlgorithm  # a clear error without cupy or NCCL
         return NcclAlgorithm(transport)
     return None
-
-
-def _granule(x) -> int:
-    """Segments start on 64-byte boundaries so vector loads stay aligned."""
-    return max(1, 64 // x.dtype.itemsize)

@@ -2,7 +2,14 @@
 
 MPI has no bfloat16 or (in Open MPI) float16 reductions, so half types use a
 2-byte datatype and a user-defined op that reduces in float32 in numpy, as
-the ring's kernels do. avg is sum followed by a local scale.
+the ring's kernels do. avg arrives here as sum: dispatch.py pre-scales
+floats and divides integers afterwards, for every algorithm alike.
+
+In place is told by addresses, not by object identity (the caller's arrays
+arrive as fresh flat views): an all-reduce whose x starts where out does, or
+an all-gather whose x is its own segment of out, sends MPI.IN_PLACE (MPI
+forbids overlapping send and receive buffers). Any other overlap was refused
+before the call (arrays.check_overlap).
 
 These are MPI's blocking collectives (the ones users benchmark against); a
 blocking MPI call cannot be cancelled, so only the header agreement before
@@ -18,6 +25,10 @@ from .kernels.numpy_kernels import NUMPY_KERNELS
 
 _NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN, "avg": MPI.SUM}
 _NATIVE_TYPES = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T, "int64": MPI.INT64_T}
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
 
 
 class MpiAlgorithm:
@@ -49,7 +60,7 @@ class MpiAlgorithm:
         return self._half_ops[key]
 
     def all_reduce(self, x, out, op):
-        send = MPI.IN_PLACE if out is x else self._spec(x)
+        send = MPI.IN_PLACE if out is x or (x.size and _address(x) == _address(out)) else self._spec(x)
         self.comm.Allreduce(send, self._spec(out), op=self._op(op, x.dtype))
         if op == "avg":
             NUMPY_KERNELS.scale(out.reshape(-1), self.comm.Get_size())
@@ -63,7 +74,9 @@ class MpiAlgorithm:
     def all_gather(self, x, out, counts):
         spec = self._spec(out)
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
-        self.comm.Allgatherv(self._spec(x), [spec[0], (list(counts), displs), spec[2]])
+        own = _address(out) + displs[self.comm.Get_rank()] * out.itemsize
+        send = MPI.IN_PLACE if x.size and _address(x) == own else self._spec(x)
+        self.comm.Allgatherv(send, [spec[0], (list(counts), displs), spec[2]])
 
     def broadcast(self, buf, root):
         self.comm.Bcast(self._spec(buf), root=root)

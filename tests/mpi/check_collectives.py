@@ -32,8 +32,8 @@ def expected(count, dtype, op):
     xs = [data(count, r, np.float64 if op != "prod" else np.int64, op) for r in range(n)]
     if op in ("sum", "avg"):
         e = np.sum(xs, axis=0)
-        if op == "avg":
-            e = np.trunc(e / n) if np.dtype(dtype).kind == "i" else e / n
+        if op == "avg":  # float inputs are n * data (see avg_input): avg is exactly the sum of data
+            e = np.trunc(e / n) if np.dtype(dtype).kind == "i" else e
     elif op == "prod":
         e = np.prod(xs, axis=0)
     elif op == "max":
@@ -41,6 +41,13 @@ def expected(count, dtype, op):
     else:
         e = np.min(xs, axis=0)
     return np.asarray(e, dtype=np.float64).astype(dtype)
+
+
+def avg_input(count, r, dt, op):
+    """data(), times n for a floating avg: avg divides floats by n before the sum
+    (as NCCL does); these quotients are exact, so every order gives the same bits."""
+    x = data(count, r, dt, op)
+    return (x.astype(np.float64) * n).astype(dt) if op == "avg" and np.dtype(dt).kind == "f" else x
 
 
 failures, cases = [], 0
@@ -77,7 +84,7 @@ for dname in DTYPES:
     for op in OPS:
         counts = COUNTS + (BIG if dname == "float32" and op in ("sum", "avg") else [])
         for count in counts:
-            x = data(count, rank, dt, op)
+            x = avg_input(count, rank, dt, op)
             want = expected(count, dt, op)
             tag = f"{dname} {op} count={count}"
             base = mpi.all_reduce(x, op=op)
@@ -89,7 +96,7 @@ for dname in DTYPES:
                 check(f"all_reduce in-place {cname} {tag}", y, want, base)
                 if r is not y:
                     failures.append(f"all_reduce in-place {tag}: did not return out")
-                if not np.array_equal(x, data(count, rank, dt, op)):
+                if not np.array_equal(x, avg_input(count, rank, dt, op)):
                     failures.append(f"all_reduce {tag}: input modified")
             # reduce_scatter: equal split when divisible, uneven counts always
             for rc in ([None] if count % n == 0 else []) + [uneven(count)]:
@@ -100,7 +107,7 @@ for dname in DTYPES:
                 for comm, cname in ((ring, "ring/tiny-chunks"), (ring_default, "ring")):
                     got = comm.reduce_scatter(x, op=op, counts=rc)
                     check(f"reduce_scatter {cname} {tag} counts={cts}", got, seg, base)
-                if not np.array_equal(x, data(count, rank, dt, op)):
+                if not np.array_equal(x, avg_input(count, rank, dt, op)):
                     failures.append(f"reduce_scatter {tag}: input modified")
         if op != "sum":
             continue

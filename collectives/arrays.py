@@ -1,0 +1,253 @@
+"""The caller's array, adapted once at entry: numpy, cupy or torch (CPU or CUDA).
+
+:func:`adapt` turns whatever the caller passed into an :class:`Array`: a flat,
+zero-copy numpy or cupy view (what the algorithms and kernels work on), its
+kernel set, whether it lives on a device (which transport moves it), and the
+caller's own object, which is what a collective returns (a torch tensor in,
+a torch tensor out; ``out`` given, that very object).
+
+torch is imported only when the object is a torch tensor (the type's module
+name says so), so ``import collectives`` never imports torch.
+
+:func:`check_overlap` is the one aliasing rule: every collective calls it
+before a byte moves.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .dtypes import DTYPES, dtype_code
+from .kernels import NUMPY_KERNELS, kernels_for
+
+__all__ = ["Array", "adapt", "check_overlap", "same_buffer"]
+
+_HOST_DTYPES = frozenset(dt for dt, _ in DTYPES.values())
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+class Array:
+    """One adapted buffer.
+
+    Attributes:
+      obj: the caller's object (numpy/cupy array or torch tensor); returned as the result.
+      flat: a 1-D zero-copy numpy or cupy view of its memory.
+      kernels: the kernel set that computes on ``flat``.
+      device: True when ``flat`` is device memory (the device transport moves it).
+      kind: the adapter of the caller's library (allocates results of the same kind).
+      stream: for torch CUDA tensors, the caller's stream ordering (else None).
+    """
+
+    __slots__ = ("obj", "flat", "kernels", "device", "kind", "stream")
+
+    def __init__(self, obj, flat, kernels, device, kind, stream=None):
+        self.obj, self.flat, self.kernels, self.device, self.kind, self.stream = (
+            obj, flat, kernels, device, kind, stream)
+
+    @property
+    def size(self) -> int:
+        return self.flat.size
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.flat.dtype
+
+    def empty(self, n: int | None = None) -> "Array":
+        """A new array of this one's kind, dtype and device: n elements, or this shape when n is None."""
+        return self.kind.empty(self, n)
+
+
+def adapt(x, name: str = "x", writable: bool = False) -> Array:
+    """Adapt ``x`` (numpy, cupy or torch) to an :class:`Array`, checking it once.
+
+    Args:
+      x: the caller's array or tensor; must be C-contiguous, of a supported dtype.
+      name: the argument's name, for error messages.
+      writable: refuse read-only host arrays (for ``out``).
+
+    Raises:
+      TypeError: not an array, or an unsupported dtype.
+      ValueError: not contiguous, or read-only where ``writable``.
+    """
+    t = type(x)
+    if t is np.ndarray:
+        if x.dtype in _HOST_DTYPES and x.flags.c_contiguous and (not writable or x.flags.writeable):
+            return Array(x, x.reshape(-1), NUMPY_KERNELS, False, NUMPY)  # the common case
+        return NUMPY.adapt(x, name, writable)
+    mod = t.__module__
+    if mod.startswith("cupy"):
+        return CUPY.adapt(x, name, writable)
+    if mod == "torch" or mod.startswith("torch."):
+        return TORCH.adapt(x, name, writable)
+    if isinstance(x, np.ndarray):  # a numpy subclass
+        return NUMPY.adapt(x, name, writable)
+    raise TypeError(f"{name} must be a numpy or cupy array or a torch tensor, got {t.__name__}")
+
+
+def _check(view, name, strides):
+    dtype_code(view.dtype)  # TypeError naming the supported dtypes
+    if not view.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (got strides {strides}); pass a contiguous copy")
+
+
+class _Numpy:
+    name = "numpy array"
+
+    def adapt(self, x, name, writable):
+        _check(x, name, x.strides)
+        if writable and not x.flags.writeable:
+            raise ValueError(f"{name} is read-only")
+        return Array(x, x.reshape(-1), NUMPY_KERNELS, False, self)
+
+    def empty(self, like: Array, n):
+        obj = np.empty_like(like.obj) if n is None else np.empty(n, dtype=like.dtype)
+        return Array(obj, obj.reshape(-1), NUMPY_KERNELS, False, self)
+
+
+class _Cupy:
+    name = "cupy array"
+
+    def adapt(self, x, name, writable):
+        _check(x, name, x.strides)
+        return Array(x, x.reshape(-1), kernels_for(x), True, self)
+
+    def empty(self, like: Array, n):
+        xp = like.kernels.xp
+        with _device_of(like.obj):
+            obj = xp.empty_like(like.obj) if n is None else xp.empty(n, dtype=like.dtype)
+        return Array(obj, obj.reshape(-1), like.kernels, True, self)
+
+
+def _device_of(x):
+    import cupy
+    return cupy.cuda.Device(x.device.id)
+
+
+class _Torch:
+    """torch tensors: CPU through a numpy view, CUDA through DLPack to cupy."""
+
+    name = "torch tensor"
+
+    def adapt(self, t, name, writable):
+        import torch
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (got strides {tuple(t.stride())}); pass .contiguous() "
+                             f"(the torch process group does this for you)")
+        dt = _torch_dtype(torch, t.dtype, name)
+        d = t.detach()
+        if t.device.type == "cpu":
+            flat = (d.view(torch.int16).numpy().view(_BF16) if dt is _BF16 else d.numpy()).reshape(-1)
+            return Array(t, flat, NUMPY_KERNELS, False, self)
+        if t.device.type != "cuda":
+            raise TypeError(f"{name} is a torch tensor on {t.device}; only cpu and cuda tensors are supported")
+        import cupy
+        stream = _TorchStream(torch, cupy, t.device)
+        with stream.external:  # torch orders the export after its work on this stream (DLPack protocol)
+            flat = cupy.from_dlpack(d.view(torch.int16) if dt is _BF16 else d)
+        flat = flat.view(_BF16) if dt is _BF16 else flat
+        return Array(t, flat.reshape(-1), kernels_for(flat), True, self, stream)
+
+    def empty(self, like: Array, n):
+        t = like.obj
+        obj = t.new_empty(t.shape if n is None else (n,))
+        return self.adapt(obj, "out", False)
+
+
+_TORCH_DTYPES: dict = {}
+
+
+def _torch_dtype(torch, dtype, name) -> np.dtype:
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({torch.float16: np.dtype(np.float16), torch.bfloat16: _BF16,
+                              torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+                              torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64)})
+    dt = _TORCH_DTYPES.get(dtype)
+    if dt is None:
+        raise TypeError(f"{name}: unsupported torch dtype {dtype}; supported: {', '.join(DTYPES)}")
+    return dt
+
+
+class _TorchStream:
+    """Orders a collective on a torch CUDA tensor after the caller's work on torch's
+    current stream, and the caller's later work after it.
+
+    The kernels and the device transport run on the device's legacy default
+    stream (see kernels/cuda_kernels.py); torch's current stream may be a
+    non-blocking side stream, which the default stream does not wait for.
+    So: :meth:`enter` (on the caller's thread, at the call) makes the default
+    stream wait for an event recorded on torch's stream; :meth:`leave` (when
+    the collective has run) makes torch's stream wait for the default stream.
+    """
+
+    def __init__(self, torch, cupy, device):
+        self.cupy = cupy
+        self.device = device.index if device.index is not None else torch.cuda.current_device()
+        self.external = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream)
+
+    def enter(self) -> None:
+        with self.cupy.cuda.Device(self.device):
+            self.cupy.cuda.Stream.null.wait_event(self.external.record())
+
+    def leave(self) -> None:
+        with self.cupy.cuda.Device(self.device):
+            self.external.wait_event(self.cupy.cuda.Stream.null.record())
+
+
+NUMPY, CUPY, TORCH = _Numpy(), _Cupy(), _Torch()
+
+
+# ------------------------------------------------------- aliasing and overlap
+def _span(a: Array) -> tuple[int, int]:
+    """[first byte, past the last byte) of a contiguous buffer."""
+    f = a.flat
+    start = f.data.ptr if a.device else f.__array_interface__["data"][0]
+    return start, start + f.nbytes
+
+
+def same_buffer(a: Array, b: Array) -> bool:
+    """True when ``a`` and ``b`` are exactly the same memory (start and length)."""
+    if a.obj is b.obj:
+        return True
+    if a.device != b.device or a.flat.nbytes != b.flat.nbytes:
+        return False
+    return a.flat.nbytes == 0 or _span(a)[0] == _span(b)[0]
+
+
+def _overlap(a: Array, b: Array) -> bool:
+    if a.flat.nbytes == 0 or b.flat.nbytes == 0 or a.device != b.device:
+        return False
+    if not a.device and type(a.obj) is np.ndarray and type(b.obj) is np.ndarray \
+            and a.obj.base is None and b.obj.base is None:
+        return a.obj is b.obj  # two numpy arrays that own their memory share none of it
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
+def check_overlap(collective: str, x: Array, out: Array, rank: int = 0, offset: int = 0) -> None:
+    """The one aliasing rule, checked before any byte moves.
+
+    all_reduce, broadcast: ``out`` may be exactly ``x`` (in place) or apart from it.
+    all_gather: ``x`` may be exactly its own segment of ``out`` (``offset``
+    elements in: in place) or apart from it. reduce_scatter: ``out`` must not
+    touch ``x``. Any other overlap is a ValueError naming the collective, the
+    rank and both byte ranges.
+    """
+    if out.obj is x.obj and collective in ("all_reduce", "broadcast"):
+        return
+    if not _overlap(x, out):
+        return
+    if collective in ("all_reduce", "broadcast") and same_buffer(x, out):
+        return
+    if collective == "all_gather":
+        own = out.flat[offset:offset + x.size]
+        start = own.data.ptr if out.device else own.__array_interface__["data"][0]
+        if own.size == x.size and start == _span(x)[0]:
+            return
+        allowed = f"x may only be exactly its own segment of out (elements {offset}..{offset + x.size})"
+    elif collective == "reduce_scatter":
+        allowed = "out must not overlap x"
+    else:
+        allowed = "out must be exactly x (in place) or not overlap it"
+    (x0, x1), (o0, o1) = _span(x), _span(out)
+    raise ValueError(f"rank {rank}: {collective}: x (bytes {x0:#x}..{x1:#x}) and out (bytes {o0:#x}..{o1:#x}) "
+                     f"partially overlap; {allowed}")

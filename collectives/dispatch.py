@@ -1,0 +1,188 @@
+"""How a checked call runs: the Communicator's execution half.
+
+communicator.py checks the arguments and builds the header on the caller's
+thread; everything here runs later, now or queued behind earlier async
+calls (work.py): pick the kernels, transport and scratch for the buffers,
+agree on the header (agree.py), then run the path chosen for the call (the
+small-message road, the ring, or a baseline: MPI's or NCCL's own).
+
+``_dispatch(kind, ...)`` is the one place a collective enters execution;
+``RUNNERS`` maps each collective to its body.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ring, small
+from .agree import agree, start_agreement
+from .arrays import Array, same_buffer
+from .context import Context
+from .errors import CollectiveError
+from .kernels import NUMPY_KERNELS
+from .schedule import split_counts
+
+
+class Dispatcher:
+    """Execution for Communicator (a mixin: the state is set up in Communicator.__init__)."""
+
+    def _dispatch(self, kind: str, hdr, x: Array | None, out: Array | None, async_op: bool, **kw):
+        """Run collective ``kind`` on adapted buffers; returns the caller's ``out`` object (or a Work)."""
+        run = RUNNERS[kind]
+        stream = out.stream if out is not None else None
+        if stream is not None:
+            stream.enter()  # after the caller's work on torch's current stream
+        return self._launch(kind, hdr, lambda ctx: run(self, ctx, hdr, x, out, **kw), out, async_op)
+
+    def _launch(self, name, hdr, body, out: Array | None, async_op: bool):
+        label = f"{name} #{self._seq - 1}"
+        result = out.obj if out is not None else None
+
+        def task():
+            if self._broken is not None:
+                raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
+                                      f"earlier error: {self._broken}") from self._broken
+            if out is None or not out.device:  # host arrays: everything prepared once
+                kernels, transport, scratch = NUMPY_KERNELS, self.transport, self._host_scratch
+                chunk = self._chunk_elems(out)
+            else:
+                kernels = out.kernels
+                transport, scratch = self._device(), self._scratch_for(kernels)
+                chunk = self._chunk_elems(out)
+            ctx = Context(transport, kernels, label, self.timeout, chunk, scratch,
+                          self.tracer, self._cache, self.window)
+            try:
+                if ctx.tracer is not None:
+                    ctx.tracer.begin(label, rank=self.rank)
+                body(ctx)
+                if ctx.tracer is not None:
+                    ctx.tracer.end(label, rank=self.rank)
+            except BaseException as e:
+                self._broken = e
+                ctx.abandon()
+                raise
+            if out is not None and out.stream is not None:
+                out.stream.leave()  # the caller's later work on its stream waits for ours
+            return result
+
+        if async_op:
+            return self._engine.submit(task, label)
+        return self._engine.run(task, label)
+
+    # ------------------------------------------------------------ bodies
+    def _run_all_reduce(self, ctx, hdr, xa: Array, oa: Array, op: str):
+        x, out = xa.flat, oa.flat
+        if same_buffer(xa, oa):
+            x = out  # in place: the algorithms test ``out is x``
+        post = False
+        if op == "avg":
+            op = "sum"
+            if out.dtype.kind == "f":
+                # floats are divided by N before the sum, as NCCL does: partial sums
+                # stay in range (float16 does not overflow N times earlier)
+                if x is not out:
+                    ctx.kernels.copy(out, x)
+                ctx.kernels.scale(out, self.size)
+                x = out
+            else:
+                post = True  # integers: sum, then divide (truncating toward zero)
+        if self._baseline is not None:
+            self._agree(ctx, hdr)
+            self._baseline.all_reduce(x, out, op)
+        elif out.nbytes <= self.small_bytes:
+            small.all_reduce(ctx, hdr, x, out, op)  # header rides along
+        else:
+            self._ring(ctx, hdr, ring.all_reduce, x, out, split_counts(x.size, self.size, _granule(x)), op)
+        if post:
+            ctx.kernels.scale(out, self.size)
+
+    def _run_reduce_scatter(self, ctx, hdr, xa: Array, oa: Array, op: str, counts):
+        x, out = xa.flat, oa.flat
+        post = False
+        if op == "avg":
+            if x.dtype.kind == "f":  # pre-scale (see _run_all_reduce) into a scratch copy of x
+                tmp = ctx.scratch("prescale", x.size, x.dtype)
+                ctx.kernels.copy(tmp, x)
+                ctx.kernels.scale(tmp, self.size)
+                x = tmp
+            else:
+                post = True
+            op = "sum"
+        if self._baseline is not None:
+            self._agree(ctx, hdr)
+            self._baseline.reduce_scatter(x, out, counts, op)
+        elif x.nbytes <= self.small_bytes // 4:
+            small.reduce_scatter(ctx, hdr, x, out, counts, op)
+        else:
+            self._ring(ctx, hdr, ring.reduce_scatter, x, out, counts, op)
+        if post:
+            ctx.kernels.scale(out, self.size)
+
+    def _run_all_gather(self, ctx, hdr, xa: Array, oa: Array, counts):
+        x, out = xa.flat, oa.flat
+        if self._baseline is not None:
+            self._agree(ctx, hdr)
+            return self._baseline.all_gather(x, out, counts)
+        if out.nbytes <= self.small_bytes // 4:
+            return small.all_gather(ctx, hdr, x, out, counts)
+        self._ring(ctx, hdr, ring.all_gather, x, out, counts)
+
+    def _run_broadcast(self, ctx, hdr, xa: Array, oa: Array, root: int):
+        self._agree(ctx, hdr)
+        if self.rank == root and not same_buffer(xa, oa):
+            ctx.kernels.copy(oa.flat, xa.flat)
+        if self._baseline is not None:
+            return self._baseline.broadcast(oa.flat, root)
+        ring.broadcast(ctx, oa.flat, root)
+
+    def _run_barrier(self, ctx, hdr, xa, oa):
+        agree(ctx, hdr)
+
+    def _agree(self, ctx, hdr):
+        if self.verify:
+            agree(ctx, hdr)
+
+    def _ring(self, ctx, hdr, algo, *args):
+        """Run a ring collective with its header check inside: the ring posts its
+        first sends, then starts and finishes the agreement (Context.checked)
+        before it posts a receive, so the header round trip overlaps the sends
+        and the local work, and no receive exists before the verdict."""
+        if self.verify:
+            ctx.check = lambda: start_agreement(ctx, hdr)
+        algo(ctx, *args)
+        ctx.checked()  # a path that posted nothing (one rank, zero counts) checks here
+
+    # ------------------------------------------------------------ resources
+    def _device(self):
+        """The transport for device (cupy) buffers: CUDA-aware MPI, CUDA IPC or
+        pinned-host staging (see transport/device.py), made on first use."""
+        if self._device_transport is None:
+            from .transport.device import make_device_transport
+            self._device_transport = make_device_transport(self.transport)
+        return self._device_transport
+
+    def _chunk_elems(self, out: Array | None) -> int:
+        return max(1, self.chunk_bytes // (out.flat.itemsize if out is not None else 1))
+
+    def _scratch_for(self, kernels):
+        """scratch(name, n, dtype, host=False): reusable buffers where ``kernels`` computes
+        (host=True: always host memory, for headers). Fresh allocations would
+        page-fault on every call."""
+        def scratch(name, n, dtype, host=False):
+            k = NUMPY_KERNELS if host else kernels
+            key = (name, np.dtype(dtype).str, k.name, getattr(k, "_device", None))
+            buf = self._scratch.get(key)
+            if buf is None or buf.size < n:
+                buf = k.empty(max(n, 1), dtype)
+                self._scratch[key] = buf
+            return buf[:n]
+        return scratch
+
+
+RUNNERS = {"all_reduce": Dispatcher._run_all_reduce, "reduce_scatter": Dispatcher._run_reduce_scatter,
+           "all_gather": Dispatcher._run_all_gather, "broadcast": Dispatcher._run_broadcast,
+           "barrier": Dispatcher._run_barrier}
+
+
+def _granule(x) -> int:
+    """Segments start on 64-byte boundaries so vector loads stay aligned."""
+    return max(1, 64 // x.dtype.itemsize)
