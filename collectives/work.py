@@ -104,7 +104,8 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: (self._queue and not self._inline) or self._closed)
+                # never beside an inline call, closed or not: one collective at a time
+                self._cv.wait_for(lambda: not self._inline and (self._queue or self._closed))
                 if self._closed and not self._queue:
                     return
                 fn, work = self._queue.popleft()

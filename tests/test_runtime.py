@@ -28,3 +28,33 @@ def test_uint_avg_divides():
     x = np.array([0, 1, 7, 255], np.uint8)
     NUMPY_KERNELS.scale(x, 2)
     assert x.tolist() == [0, 0, 3, 127]
+
+
+def test_closing_never_runs_a_queued_task_beside_an_inline_call():
+    """A task queued while a blocking call runs inline waits for it, also once
+    close() has been called (the loop used to wake on ``_closed`` and run it)."""
+    import threading
+
+    from collectives.work import Engine
+
+    eng = Engine("test")
+    inline_running, release, seen = threading.Event(), threading.Event(), []
+
+    def inline():
+        inline_running.set()
+        release.wait(10)
+        return "inline"
+
+    t = threading.Thread(target=lambda: seen.append(eng.run(inline, "inline")))
+    t.start()
+    assert inline_running.wait(10)
+    work = eng.submit(lambda: seen.append(("queued ran while inline ran", not release.is_set())), "queued")
+    closer = threading.Thread(target=eng.close)
+    closer.start()
+    closer.join(0.3)  # old code: the loop wakes on _closed and runs the queued task now
+    release.set()
+    t.join(10)
+    closer.join(10)
+    work.wait(10)
+    assert ("queued ran while inline ran", True) not in seen, seen
+    assert seen[0] == "inline" and seen[1] == ("queued ran while inline ran", False), seen
