@@ -11,11 +11,27 @@ import os
 import time
 
 from .errors import CollectiveTimeout
+from .work import on_progress_thread
 
-_SPIN_S = 20e-3  # busy-poll this long first: with a core per rank, spinning is fastest
+_SPIN_S = 20e-3  # the caller's thread with a core to itself: busy-poll this long first
+_THREAD_SPIN_S = 1e-3  # the progress thread with a spare core: poll briefly, then give the core away
 _YIELD_S = 2e-3  # then yield the core between polls for this long
 _QUICK_POLLS = 32  # polls before the deadline bookkeeping starts (~10 us of MPI tests)
+_MIN_SLEEP_S = 20e-6
 _MAX_SLEEP_S = 200e-6  # then sleep, backing off to this: a late chunk costs at most this much extra
+
+
+def wait_policy(transport) -> tuple[float, float]:
+    """(spin, yield) seconds for a wait on this thread, before it sleeps.
+
+    The caller's thread spins unless the node has more ranks than cores. The
+    progress thread runs an async collective while the caller computes: where
+    the rank has fewer cores than those two threads (``core_bound``), it goes
+    straight to sleeping between polls, so the caller keeps the core.
+    """
+    if on_progress_thread():
+        return (0.0, 0.0) if getattr(transport, "core_bound", True) else (_THREAD_SPIN_S, _YIELD_S)
+    return (0.0 if getattr(transport, "oversubscribed", False) else _SPIN_S), _YIELD_S
 
 
 class Context:
@@ -107,14 +123,15 @@ class Context:
                 if t.testall(handles):
                     return
         t0 = time.perf_counter() if tracer is not None else 0.0
-        start = time.monotonic()
-        spin = 0.0 if getattr(t, "oversubscribed", False) else _SPIN_S
-        sleep = 20e-6
+        now = start = time.monotonic()
+        spin, yld = wait_policy(t)
+        spin_until, yield_until = start + spin, start + spin + yld
+        sleep = _MIN_SLEEP_S
         polls = 0
         while not t.testall(handles):
             polls += 1
-            if polls & 255 and polls > 256:
-                continue  # look at the clock every 256 polls only
+            if polls & 255 and now < spin_until:
+                continue  # spinning: look at the clock every 256 polls only
             now = time.monotonic()
             if now > self.deadline:
                 t.cancel(handles)
@@ -125,13 +142,13 @@ class Context:
                     f"rank {self.rank}: {self.label} timed out after {self.timeout:g} s: "
                     f"{what} {'from' if incoming else 'to'} rank {peer} never completed "
                     f"(step {step}, chunk {chunk}){hint}")
-            waited = now - start
-            if waited > spin:  # more ranks than cores, or a slow peer: give the core away
-                if waited < spin + _YIELD_S:
-                    os.sched_yield()
-                else:
-                    time.sleep(sleep)
-                    sleep = min(sleep * 2, _MAX_SLEEP_S)
+            if now < spin_until:
+                continue
+            if now < yield_until:  # more ranks than cores, or a slow peer: give the core away
+                os.sched_yield()
+            else:
+                time.sleep(sleep)
+                sleep = min(sleep * 2, _MAX_SLEEP_S)
         if tracer is not None:
             tracer.event(action="wait", rank=self.rank, label=self.label, what=what, peer=peer,
                          step=step, chunk=chunk, t0=t0, t1=time.perf_counter())

@@ -13,6 +13,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+_local = threading.local()
+
+
+def on_progress_thread() -> bool:
+    """True on an Engine's progress thread: its waits must leave the core to
+    the caller's thread, which computes meanwhile (see Context.wait)."""
+    return getattr(_local, "progress", False)
+
 
 class Work:
     """Handle of an async collective. ``wait()`` returns its result, once."""
@@ -102,6 +110,7 @@ class Engine:
             self._cv.wait_for(lambda: self._inflight == 0)
 
     def _loop(self) -> None:
+        _local.progress = True
         while True:
             with self._cv:
                 # never beside an inline call, closed or not: one collective at a time

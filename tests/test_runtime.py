@@ -58,3 +58,54 @@ def test_closing_never_runs_a_queued_task_beside_an_inline_call():
     work.wait(10)
     assert ("queued ran while inline ran", True) not in seen, seen
     assert seen[0] == "inline" and seen[1] == ("queued ran while inline ran", False), seen
+
+
+class _SlowTransport:
+    """One message that lands ``after`` seconds from now; counts every poll."""
+    rank, size = 0, 2
+
+    def __init__(self, after, core_bound, oversubscribed=False):
+        import time
+        self.ready_at = time.monotonic() + after
+        self.core_bound, self.oversubscribed, self.polls = core_bound, oversubscribed, 0
+
+    def testall(self, handles):
+        import time
+        self.polls += 1
+        return time.monotonic() >= self.ready_at
+
+    def cancel(self, handles):
+        pass
+
+
+def _polls_during_wait(t, on_thread: bool) -> int:
+    from collectives.context import Context
+    from collectives.work import Engine
+
+    ctx = Context(t, NUMPY_KERNELS, "all_reduce #0", 10.0, 1024, None)
+    call = lambda: ctx.wait([object()], peer=1, step=0, chunk=0, what="receive")  # noqa: E731
+    if on_thread:
+        eng = Engine("poll-test")
+        eng.submit(call, "all_reduce #0").wait(10)
+        eng.close()
+    else:
+        call()
+    return t.polls
+
+
+def test_a_core_bound_progress_thread_sleeps_instead_of_spinning():
+    """On the progress thread of a rank without a spare core, a 60 ms wait polls
+    a few hundred times (sleeping 20..200 us between polls), not for 20 ms flat
+    out against the caller's thread (tens of thousands of polls)."""
+    polls = _polls_during_wait(_SlowTransport(0.06, core_bound=True), on_thread=True)
+    assert polls < 2000, polls
+    # the caller's own thread, a core to itself, still spins first: fastest when nothing else runs
+    assert _polls_during_wait(_SlowTransport(0.06, core_bound=True), on_thread=False) > 3 * polls
+
+
+def test_core_bound_counts_threads_not_ranks():
+    from collectives.transport.mpi import busy_policy
+    assert busy_policy(2, 8, 8) == (False, False)  # 2 ranks x 2 threads on 8 cores
+    assert busy_policy(2, 2, 2) == (False, True)  # a core per rank: the progress thread shares it
+    assert busy_policy(2, 8, 1) == (False, True)  # bound to one core by mpirun
+    assert busy_policy(4, 2, 2) == (True, True)

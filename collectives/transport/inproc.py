@@ -62,6 +62,7 @@ class InProcTransport:
         self.fabric, self.rank, self.size = fabric, rank, fabric.world
         self.fault = None  # test-only hook, as in MpiTransport
         self.oversubscribed = True  # ranks are threads sharing the GIL: waits must not spin
+        self.core_bound = True
 
     def isend(self, buf: np.ndarray, peer: int, tag: int):
         if self.fault is not None and self.fault("send", peer, tag):
