@@ -132,8 +132,12 @@ def _agreement(ctx, header, payload, op, source, pause):
                 ctx.record("recv", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
         if do_recv:
             if same and bufs.heard == bufs.said:
-                if payload is not None:
-                    NUMPY_KERNELS.reduce_(op, mine, theirs)
+                if payload is not None:  # the lower rank's operand first, on both sides:
+                    # op(a, b) and op(b, a) differ in the bits of max(+0, -0) and of NaN payloads
+                    if peer < ctx.rank:
+                        NUMPY_KERNELS.reduce(op, theirs, mine, mine)
+                    else:
+                        NUMPY_KERNELS.reduce_(op, mine, theirs)
             else:  # keep going, so every rank finishes the pattern and hears the verdict
                 same = False
                 np.minimum(cur, got, out=cur)

@@ -108,3 +108,13 @@ def test_random_mismatches_fail_everywhere_and_write_nothing_past_outputs(n, see
     res = _per_rank(proc, n)
     for d in res.values():
         assert d["cases"] == 60 and d["failures"] == [], d["failures"][:5]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_small_path_bits_and_cancel_outcome(n):
+    """tests/mpi/runtime_checks.py: small-path max/min leave the same bits on every
+    rank (signed zeros, NaN payloads), and MpiTransport.cancel completes each
+    request and says which receive had already matched."""
+    proc = run_mpi(n, "runtime_checks.py", timeout=120)
+    for d in _per_rank(proc, n).values():
+        assert d["failures"] == [], d["failures"]
