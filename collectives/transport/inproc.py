@@ -91,14 +91,21 @@ class InProcTransport:
     def testall(cls, handles) -> bool:
         return all([cls.test(h) for h in handles])
 
-    def cancel(self, handles) -> None:
+    def cancel(self, handles) -> list[int]:
+        """Withdraw the receives not yet matched; return the positions of the
+        receives that had matched (their bytes landed), as MpiTransport.cancel."""
+        landed = []
         with self.fabric.lock:
-            for h in handles:
-                if isinstance(h, _Recv) and not h.done:
+            for i, h in enumerate(handles):
+                if isinstance(h, _Recv):
+                    if h.done:
+                        landed.append(i)
+                        continue
                     try:
                         self.fabric.posted[h.key].remove(h)
                     except ValueError:
                         pass
+        return landed
 
     def close(self) -> None:
         pass

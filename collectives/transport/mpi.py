@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 from mpi4py import MPI
 
 
 _U8 = np.dtype(np.uint8)
+CANCEL_GRACE_S = 1.0  # how long a cancelled request may take to complete
 
 
 def _bytes(buf: np.ndarray):
@@ -67,13 +69,39 @@ class MpiTransport:
         return MPI.Request.Testall(handles)
 
     @staticmethod
-    def cancel(handles) -> None:
-        for h in handles:
-            if h != MPI.REQUEST_NULL:
-                try:
-                    h.Cancel()
-                except MPI.Exception:
-                    pass
+    def cancel(handles) -> list[int]:
+        """Cancel every active request in ``handles`` and complete it.
+
+        MPI_Cancel only asks: a receive that has already matched a message is
+        not cancelled, and its bytes land anyway. So each request is then
+        completed (bounded by CANCEL_GRACE_S) and its status read. Returns the
+        positions of the requests that were not cancelled: a receive among
+        them has written its buffer (before this returns, if it completed), a
+        send has gone. Those still incomplete after the grace (a peer stuck
+        mid-message) stay active: keep them alive (Context.abandon does).
+        """
+        live = [(i, h) for i, h in enumerate(handles) if h != MPI.REQUEST_NULL]
+        for _, h in live:
+            try:
+                h.Cancel()
+            except MPI.Exception:
+                pass
+        status, kept = MPI.Status(), []
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        while live:
+            pending = []
+            for i, h in live:
+                if not h.Test(status):
+                    pending.append((i, h))
+                elif not status.Is_cancelled():
+                    kept.append(i)
+            live = pending
+            if live and time.monotonic() > deadline:
+                kept += [i for i, _ in live]
+                break
+            if live:
+                time.sleep(1e-4)
+        return sorted(kept)
 
     def close(self) -> None:
         if self.comm != MPI.COMM_NULL:
