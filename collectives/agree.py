@@ -106,10 +106,11 @@ def _agreement(ctx, header, payload, op, source, pause):
             np.copyto(payload, source)
         return
     pbytes = payload.nbytes if payload is not None else 0
-    key = ("agree", pbytes, payload.dtype if payload is not None else None)
-    bufs = ctx.cache.get(key)
+    dtype = payload.dtype if payload is not None else None
+    views = ctx.cache.get(_CACHE)
+    bufs = views.get((pbytes, dtype)) if views is not None else None
     if bufs is None:
-        bufs = ctx.cache[key] = _Buffers(ctx, pbytes, payload.dtype if payload is not None else None)
+        bufs = _Buffers.get(ctx, pbytes, dtype)
     send, recv, cur, got, mine, theirs = bufs.views
     _WIRE.pack_into(send, 0, *header, *[-v for v in header])
     if payload is not None:
@@ -149,15 +150,43 @@ def _agreement(ctx, header, payload, op, source, pause):
         np.copyto(payload, mine)
 
 
+_CACHE = "agree"  # ctx.cache[_CACHE]: {(payload bytes, dtype): _Buffers}, at most MAX_CACHED shapes
+MAX_CACHED = 32
+
+
+def agreement_bytes(cache: dict) -> int:
+    """Bytes of the buffers that ``cache`` (a communicator's) keeps alive for
+    the agreement. They are the communicator's "agree-send"/"agree-recv"
+    scratch buffers, which scratch_bytes() counts already: the cached views
+    never hold an older, replaced buffer (see _Buffers.get)."""
+    views = cache.get(_CACHE) or {}
+    bases = {id(b): b for v in views.values() for b in v.bases}
+    return sum(b.nbytes for b in bases.values())
+
+
 class _Buffers:
     """A message: int64 [header, -header] (one elementwise min keeps both the
-    min and the negated max), then the payload's bytes. Built once per shape."""
+    min and the negated max), then the payload's bytes. Views built once per
+    payload shape, into two scratch buffers shared by every shape."""
+
+    @staticmethod
+    def get(ctx, pbytes, dtype) -> "_Buffers":
+        """The views for this payload shape, cached. When the send buffer had to
+        grow, the views into the old one are dropped with it; past MAX_CACHED
+        shapes (a caller cycling through sizes) the cache starts over."""
+        views = ctx.cache.setdefault(_CACHE, {})
+        bufs = _Buffers(ctx, pbytes, dtype)
+        if len(views) >= MAX_CACHED or any(v.bases[0] is not bufs.bases[0] for v in views.values()):
+            views.clear()
+        views[(pbytes, dtype)] = bufs
+        return bufs
 
     def __init__(self, ctx, pbytes, dtype):
         if pbytes > MAX_SMALL_BYTES:
             raise ValueError(f"a {pbytes}-byte payload cannot ride in a header (at most {MAX_SMALL_BYTES})")
         send = ctx.scratch("agree-send", HEADER_BYTES + pbytes, np.uint8, host=True)
         recv = ctx.scratch("agree-recv", HEADER_BYTES + MAX_SMALL_BYTES, np.uint8, host=True)
+        self.bases = (send.base if send.base is not None else send, recv.base if recv.base is not None else recv)
         mine = send[HEADER_BYTES:].view(dtype) if dtype is not None else None
         theirs = recv[HEADER_BYTES:HEADER_BYTES + pbytes].view(dtype) if dtype is not None else None
         self.views = (send, recv, send[:HEADER_BYTES].view(np.int64), recv[:HEADER_BYTES].view(np.int64),

@@ -109,3 +109,41 @@ def test_core_bound_counts_threads_not_ranks():
     assert busy_policy(2, 2, 2) == (False, True)  # a core per rank: the progress thread shares it
     assert busy_policy(2, 8, 1) == (False, True)  # bound to one core by mpirun
     assert busy_policy(4, 2, 2) == (True, True)
+
+
+def _pinned_bytes(obj, seen=None) -> int:
+    """Bytes of every distinct array buffer reachable from ``obj`` (dicts, tuples, objects)."""
+    bases, stack = {}, [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, np.ndarray):
+            b = o
+            while isinstance(b.base, np.ndarray):
+                b = b.base
+            bases[id(b)] = b
+        elif isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple)):
+            stack.extend(o)
+        elif hasattr(o, "__dict__"):
+            stack.extend(vars(o).values())
+    return sum(b.nbytes for b in bases.values())
+
+
+def test_the_agreement_cache_is_bounded_and_pins_only_scratch():
+    """Small all-reduces of 200 growing sizes: the agreement's per-shape cache
+    stays bounded, and holds no buffer beyond the communicator's current
+    scratch (it kept a view per size, and so every send buffer it outgrew)."""
+    from collectives import simulate
+    from collectives.agree import MAX_CACHED, agreement_bytes
+
+    def fn(comm):
+        for k in range(1, 201):
+            y = comm.all_reduce(np.full(k * 16, comm.rank + 1, np.float32))
+            assert (y == 3).all()
+        scratch = sum(b.nbytes for key, b in comm._scratch.items() if key[0].startswith("agree"))
+        return len(comm._cache.get("agree", {})), _pinned_bytes(comm._cache), scratch, agreement_bytes(comm._cache)
+
+    for n_cached, pinned, scratch, reported in simulate(2, fn):
+        assert n_cached <= MAX_CACHED
+        assert pinned == scratch == reported, (pinned, scratch, reported)
