@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from .errors import CollectiveTimeout
+from . import census
 from .work import on_progress_thread
 
 _SPIN_S = 20e-3  # the caller's thread with a core to itself: busy-poll this long first
@@ -19,6 +19,7 @@ _YIELD_S = 2e-3  # then yield the core between polls for this long
 _QUICK_POLLS = 32  # polls before the deadline bookkeeping starts (~10 us of MPI tests)
 _MIN_SLEEP_S = 20e-6
 _MAX_SLEEP_S = 200e-6  # then sleep, backing off to this: a late chunk costs at most this much extra
+_LOOK_S = 1e-3  # once not spinning, look this often for a peer's timeout notice
 
 
 def wait_policy(transport) -> tuple[float, float]:
@@ -128,22 +129,20 @@ class Context:
         spin_until, yield_until = start + spin, start + spin + yld
         sleep = _MIN_SLEEP_S
         polls = 0
+        next_look = start
         while not t.testall(handles):
             polls += 1
             if polls & 255 and now < spin_until:
                 continue  # spinning: look at the clock every 256 polls only
             now = time.monotonic()
             if now > self.deadline:
-                t.cancel(handles)
-                incoming = "receive" in what
-                hint = (f"; did rank {peer} call this collective?"
-                        if incoming and str(step).startswith("agreement") else "")
-                raise CollectiveTimeout(
-                    f"rank {self.rank}: {self.label} timed out after {self.timeout:g} s: "
-                    f"{what} {'from' if incoming else 'to'} rank {peer} never completed "
-                    f"(step {step}, chunk {chunk}){hint}")
+                self._fail(handles, peer, step, chunk, what, timed_out=True)
             if now < spin_until:
                 continue
+            if now >= next_look:  # has a peer given up on this communicator? (see census.py)
+                next_look = now + _LOOK_S
+                if census.heard(t):
+                    self._fail(handles, peer, step, chunk, what, timed_out=False)
             if now < yield_until:  # more ranks than cores, or a slow peer: give the core away
                 os.sched_yield()
             else:
@@ -152,6 +151,16 @@ class Context:
         if tracer is not None:
             tracer.event(action="wait", rank=self.rank, label=self.label, what=what, peer=peer,
                          step=step, chunk=chunk, t0=t0, t1=time.perf_counter())
+
+    def _fail(self, handles, peer, step, chunk, what, timed_out: bool):
+        """Cancel ``handles``, learn from the other ranks which collective each
+        is in (census.py), and raise a CollectiveTimeout naming those that
+        never arrived, then what this rank was waiting for."""
+        self.transport.cancel(handles)
+        incoming = "receive" in what
+        detail = f"{what} {'from' if incoming else 'to'} rank {peer} never completed (step {step}, chunk {chunk})"
+        ask = incoming and str(step).startswith("agreement")  # "did rank {peer} call this collective?"
+        raise census.failure(self, detail, peer, timed_out, ask)
 
     def record(self, action: str, **fields) -> None:
         if self.tracer is not None:

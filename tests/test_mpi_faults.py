@@ -118,3 +118,22 @@ def test_small_path_bits_and_cancel_outcome(n):
     proc = run_mpi(n, "runtime_checks.py", timeout=120)
     for d in _per_rank(proc, n).values():
         assert d["failures"] == [], d["failures"]
+
+
+@pytest.mark.parametrize("n,absent", [(3, 2), (4, 1)])
+def test_every_rank_names_the_rank_that_never_arrived(n, absent):
+    """With one rank absent, the others wait on different peers (in 3 ranks, rank 1
+    waits on rank 0, which waits on rank 2). After the timeout the live ranks
+    swap notices of which collective each is in (collectives/census.py), so
+    every one of them names the absent rank, and only it."""
+    proc = run_mpi(n, "faults.py", "absent_rank", "1.5", str(absent), timeout=120)
+    res = _per_rank(proc, n)
+    for r in range(n):
+        if r == absent:
+            continue
+        msg = res[r]["message"]
+        assert res[r]["error"] == "CollectiveTimeout", res[r]
+        assert f"rank {r}:" in msg and "timed out after 1.5 s" in msg, msg
+        assert f"rank {absent} never arrived in all_reduce #1" in msg, msg
+        others = [q for q in range(n) if q != absent]
+        assert f"ranks {', '.join(map(str, others))} are in all_reduce #1" in msg, msg

@@ -147,3 +147,18 @@ def test_the_agreement_cache_is_bounded_and_pins_only_scratch():
     for n_cached, pinned, scratch, reported in simulate(2, fn):
         assert n_cached <= MAX_CACHED
         assert pinned == scratch == reported, (pinned, scratch, reported)
+
+
+def test_simulated_timeout_names_the_absent_rank_on_every_rank():
+    """3 simulated ranks, rank 2 never calls: rank 1 waits on rank 0, not on rank 2,
+    yet both live ranks name rank 2 (census.py), and rank 1 is not told to
+    suspect rank 0."""
+    from collectives import CollectiveTimeout, simulate
+
+    got = simulate(3, lambda c: None if c.rank == 2 else c.all_reduce(np.ones(10, np.float32)),
+                   return_exceptions=True, timeout=0.5)
+    for r in (0, 1):
+        assert isinstance(got[r], CollectiveTimeout), got[r]
+        msg = str(got[r])
+        assert f"rank {r}:" in msg and "rank 2 never arrived in all_reduce #0" in msg, msg
+        assert "ranks 0, 1 are in all_reduce #0" in msg and "did rank 0" not in msg, msg

@@ -81,6 +81,12 @@ class InProcTransport:
             self.fabric._match(r.key)
         return r
 
+    def probe(self, tag: int) -> bool:
+        """Whether a message with ``tag`` from any rank is waiting to be received."""
+        msgs = self.fabric.messages
+        with self.fabric.lock:
+            return any(msgs.get((q, self.rank, tag)) for q in range(self.size))
+
     @staticmethod
     def test(handle) -> bool:
         if handle.done and getattr(handle, "error", None) is not None:

@@ -60,6 +60,10 @@ class MpiTransport:
     def irecv(self, buf: np.ndarray, peer: int, tag: int):
         return self.comm.Irecv(_bytes(buf), peer, tag)
 
+    def probe(self, tag: int) -> bool:
+        """Whether a message with ``tag`` from any rank is waiting to be received."""
+        return self.comm.Iprobe(MPI.ANY_SOURCE, tag)
+
     @staticmethod
     def test(handle) -> bool:
         return handle.Test()
