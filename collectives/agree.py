@@ -24,6 +24,10 @@ per collective; a barrier is exactly this exchange. The ring hides it:
 ``start_agreement`` posts the first round and returns, so the headers travel
 while the ring posts its first sends and does its local work (see ring.py,
 Context.checked).
+
+The header's fields, the counts digest and the text of a mismatch report
+live in header.py; this module is the exchange. (ALGORITHMS, COLLECTIVES,
+digest and make_header are imported here for communicator.py.)
 """
 from __future__ import annotations
 
@@ -32,8 +36,8 @@ import struct
 
 import numpy as np
 
-from .dtypes import DTYPES, OPS
 from .errors import MismatchError
+from .header import ALGORITHMS, COLLECTIVES, HEADER_BYTES, NF, describe, digest, make_header  # noqa: F401
 from .kernels import NUMPY_KERNELS
 from .schedule import halving_peers
 
@@ -41,37 +45,7 @@ TAG_AGREE = 11
 TAG_DETAIL = 12
 MAX_SMALL_BYTES = 256 * 1024  # the largest payload that may ride in a header message, on any rank
 # (every communicator keeps a receive buffer this large: 2x the default small_bytes)
-
-FIELDS = ("version", "seq", "collective", "op", "dtype", "count", "counts", "root",
-          "algorithm", "chunk", "small", "device")
-NF = len(FIELDS)
-HEADER_BYTES = 2 * NF * 8  # min and max of every field
 _WIRE = struct.Struct(f"={2 * NF}q")  # [header, -header]: one elementwise min keeps min and max
-VERSION = 1
-COLLECTIVES = {"all_reduce": 1, "reduce_scatter": 2, "all_gather": 3, "broadcast": 4, "barrier": 5}
-ALGORITHMS = {"ring": 1, "mpi": 2, "nccl": 3}
-_NAMES = {
-    "collective": {v: k for k, v in COLLECTIVES.items()},
-    "op": {v: k for k, v in OPS.items()},
-    "dtype": {code: name for name, (_, code) in DTYPES.items()},
-    "algorithm": {v: k for k, v in ALGORITHMS.items()},
-}
-
-
-def digest(counts) -> int:
-    """A deterministic 61-bit fingerprint of a counts list (0 for None)."""
-    if counts is None:
-        return 0
-    m = (1 << 61) - 1
-    h = 1469598103934665603 % m
-    for c in counts:
-        h = (h * 1099511628211 + int(c) + 1) % m
-    return h
-
-
-def make_header(seq=0, collective=0, op=0, dtype=0, count=0, counts=0, root=0,
-                algorithm=0, chunk=0, small=0, device=0) -> list[int]:
-    return [VERSION, seq, collective, op, dtype, count, counts, root, algorithm, chunk, small, device]
 
 
 def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | None = None,
@@ -220,36 +194,3 @@ def _report(ctx, header: np.ndarray) -> None:
             handles.append(ctx.isend(header, q, TAG_DETAIL))
     ctx.wait(handles, peer=-1, step="mismatch report", chunk=0, what="exchange of headers")
     raise MismatchError(f"rank {r}: ranks disagree on a collective call. " + describe(all_h))
-
-
-def _show(field: str, value: int) -> str:
-    names = _NAMES.get(field)
-    return names.get(int(value), str(int(value))) if names else str(int(value))
-
-
-def describe(all_h: np.ndarray) -> str:
-    """Say which fields differ and what each rank passed. When the collectives
-    themselves differ, their other fields differ as a consequence and are not
-    listed; the counts lists travel as a fingerprint, so ranks are grouped by
-    which list they passed."""
-    parts = []
-    coll = _show("collective", np.bincount(all_h[:, 2]).argmax())
-    differ = [j for j in range(NF) if (all_h[:, j] != all_h[0, j]).any()]
-    if FIELDS.index("collective") in differ:
-        differ = [j for j in differ if FIELDS[j] in ("version", "seq", "collective")]
-    for j in differ:
-        field, col = FIELDS[j], all_h[:, j]
-        if field == "counts":
-            groups = {}
-            for q, v in enumerate(col):
-                groups.setdefault(int(v), []).append(q)
-            vals = "; ".join("ranks " + ", ".join(map(str, g)) if len(g) > 1 else f"rank {g[0]}"
-                             for g in groups.values())
-            parts.append(f"counts differs (the same list within each group: {vals})")
-            continue
-        vals = ", ".join(f"rank {q}: {_show(field, v)}" for q, v in enumerate(col))
-        parts.append(f"{field} differs ({vals})")
-    hint = ""
-    if coll == "all_gather" and any(x.startswith("count") for x in parts):
-        hint = " (pieces of different lengths need counts=)"
-    return f"Call #{int(all_h[0, 1])} ({coll}): " + "; ".join(parts) + hint
