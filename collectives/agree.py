@@ -93,18 +93,17 @@ def _agreement(ctx, header, payload, op, source, pause):
     same = True  # every header heard so far equals ours
     folded, plan = _plan(ctx.rank, n)
     for peer, step, do_send, do_recv in plan:
-        hs = [ctx.irecv(recv, peer, TAG_AGREE)] if do_recv else []
+        # the small all-reduce's data is traced like the ring's (the header is not)
+        where = dict(phase="recursive-doubling", step=step, peer=peer, seg=0, chunk=0, offset=0,
+                     count=mine.size) if tracing else None
+        hs = [ctx.irecv(recv, peer, TAG_AGREE, where, theirs)] if do_recv else []
         if do_send:
-            hs.append(ctx.isend(send, peer, TAG_AGREE))
+            traced = ctx.trace_step("recursive-doubling", step, peer=peer, seg=0, offset=0) if tracing else None
+            hs.append(ctx.isend(send, peer, TAG_AGREE, traced, mine))
         if pause:  # the first round is posted: hand control back until the verdict is wanted
             pause = False
             yield
         ctx.wait(hs, peer=peer, step=step, chunk=0, what="header receive" if do_recv else "header send")
-        if tracing:  # the small all-reduce's data, traced like the ring's
-            if do_send:
-                ctx.record("send", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
-            if do_recv:
-                ctx.record("recv", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
         if do_recv:
             if same and bufs.heard == bufs.said:
                 if payload is not None:  # the lower rank's operand first, on both sides:

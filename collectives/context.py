@@ -1,5 +1,9 @@
 """What one running collective needs: transport, kernels, deadline, scratch, trace.
 
+Every message goes through ``Context.isend``/``irecv`` and every block through
+``Context.wait``, so these also record the trace (see trace.py): the
+algorithms only say which step, segment and chunk a message belongs to.
+
 ``Context.wait`` is the only place that blocks. It polls the transport
 against the collective's deadline, so a collective never hangs: a peer that
 never sends turns into a :class:`CollectiveTimeout` naming this rank, the
@@ -64,18 +68,67 @@ class Context:
         self.check = None  # starts the header agreement; see check_start and checked
         self._checking = None
         self.posted = []  # every send and receive this collective posted: see abandon
+        self._landing = []  # traced receives not yet waited for: (handle, buffer, trace fields)
 
-    def isend(self, buf, peer: int, tag: int):
-        """Post a send through the transport and remember it for ``abandon``."""
+    def isend(self, buf, peer: int, tag: int, step: dict | None = None, data=None):
+        """Post a send through the transport and remember it for ``abandon``.
+
+        Args:
+          step: the trace event of the step this message belongs to (from
+            ``trace_step``; None when not tracing): the message adds a chunk,
+            its elements and its bytes to it.
+          data: the part of ``buf`` that is the collective's data, when not all
+            of it (the agreement's messages start with the header).
+        """
         h = self.transport.isend(buf, peer, tag)
         self.posted.append(h)
+        if step is not None:
+            d = buf if data is None else data
+            step["chunks"] += 1
+            step["count"] += d.size
+            step["nbytes"] += d.nbytes
         return h
 
-    def irecv(self, buf, peer: int, tag: int):
-        """Post a receive through the transport and remember it for ``abandon``."""
+    def irecv(self, buf, peer: int, tag: int, where: dict | None = None, data=None):
+        """Post a receive through the transport and remember it for ``abandon``.
+
+        Args:
+          where: trace fields of this message (phase, step, peer, seg, chunk,
+            offset, count); when tracing, ``wait`` records a ``recv`` event
+            with them, and the bytes that landed, once it has completed.
+          data: the part of ``buf`` that is the collective's data, as in isend.
+        """
         h = self.transport.irecv(buf, peer, tag)
         self.posted.append(h)
+        if where is not None and self.tracer is not None:
+            self._landing.append((h, buf if data is None else data, where))
         return h
+
+    def trace_step(self, phase: str, step: int, *, peer: int, seg: int, offset: int) -> dict | None:
+        """Record the ``send`` event of one step (None when not tracing); pass it
+        to ``isend`` with each of the step's chunks. A step whose segment is
+        empty keeps an event of 0 chunks and 0 bytes."""
+        if self.tracer is None:
+            return None
+        return self.tracer.event("send", rank=self.rank, label=self.label, phase=phase, step=step, peer=peer,
+                                 seg=seg, offset=offset, count=0, chunks=0, nbytes=0)
+
+    def reduce(self, op: str, a, b, out, where: dict | None = None) -> None:
+        """out <- op(a, b) with the collective's kernels; traced as a ``reduce`` event with ``where``."""
+        self.kernels.reduce(op, a, b, out)
+        if where is not None and self.tracer is not None:
+            self.tracer.event("reduce", rank=self.rank, label=self.label, nbytes=out.nbytes, data=out, **where)
+
+    def _landed(self, handles) -> None:
+        """Trace the receives among ``handles`` (all complete) that carry trace fields."""
+        done = {id(h) for h in handles}
+        left = []
+        for h, buf, where in self._landing:
+            if id(h) in done:
+                self.tracer.event("recv", rank=self.rank, label=self.label, nbytes=buf.nbytes, data=buf, **where)
+            else:
+                left.append((h, buf, where))
+        self._landing = left
 
     def abandon(self) -> None:
         """After any error: cancel what this collective still has posted, where
@@ -117,6 +170,8 @@ class Context:
         """Block until every handle completes, or raise at the deadline."""
         t = self.transport
         if t.testall(handles):
+            if self._landing:
+                self._landed(handles)
             return
         tracer = self.tracer
         if tracer is None:  # a message a few microseconds out: poll without the bookkeeping
@@ -151,6 +206,8 @@ class Context:
         if tracer is not None:
             tracer.event(action="wait", rank=self.rank, label=self.label, what=what, peer=peer,
                          step=step, chunk=chunk, t0=t0, t1=time.perf_counter())
+            if self._landing:
+                self._landed(handles)
 
     def _fail(self, handles, peer, step, chunk, what, timed_out: bool):
         """Cancel ``handles``, learn from the other ranks which collective each
@@ -161,7 +218,3 @@ class Context:
         detail = f"{what} {'from' if incoming else 'to'} rank {peer} never completed (step {step}, chunk {chunk})"
         ask = incoming and str(step).startswith("agreement")  # "did rank {peer} call this collective?"
         raise census.failure(self, detail, peer, timed_out, ask)
-
-    def record(self, action: str, **fields) -> None:
-        if self.tracer is not None:
-            self.tracer.event(action=action, rank=self.rank, label=self.label, **fields)
