@@ -7,7 +7,8 @@ algorithms only say which step, segment and chunk a message belongs to.
 ``Context.wait`` is the only place that blocks. It polls the transport
 against the collective's deadline, so a collective never hangs: a peer that
 never sends turns into a :class:`CollectiveTimeout` naming this rank, the
-peer, the step and the chunk.
+ranks that never arrived (census.py), and the peer, step and chunk it waited
+for.
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def wait_policy(transport) -> tuple[float, float]:
     straight to sleeping between polls, so the caller keeps the core.
     """
     if on_progress_thread():
-        return (0.0, 0.0) if getattr(transport, "core_bound", True) else (_THREAD_SPIN_S, _YIELD_S)
+        host = getattr(transport, "host", transport)  # the device transport's MPI transport
+        return (0.0, 0.0) if getattr(host, "core_bound", True) else (_THREAD_SPIN_S, _YIELD_S)
     return (0.0 if getattr(transport, "oversubscribed", False) else _SPIN_S), _YIELD_S
 
 
