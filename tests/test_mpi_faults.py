@@ -110,17 +110,18 @@ def test_random_mismatches_fail_everywhere_and_write_nothing_past_outputs(n, see
         assert d["cases"] == 60 and d["failures"] == [], d["failures"][:5]
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_small_path_bits_and_cancel_outcome(n):
+def test_small_path_bits_and_cancel_outcome():
     """tests/mpi/runtime_checks.py: small-path max/min leave the same bits on every
     rank (signed zeros, NaN payloads), and MpiTransport.cancel completes each
-    request and says which receive had already matched."""
+    request and says which receive had already matched. Three ranks: a pair
+    exchange (ranks 0 and 1) and a fold (rank 2 into rank 0) in one launch."""
+    n = 3
     proc = run_mpi(n, "runtime_checks.py", timeout=120)
     for d in _per_rank(proc, n).values():
         assert d["failures"] == [], d["failures"]
 
 
-@pytest.mark.parametrize("n,absent", [(3, 2), (4, 1)])
+@pytest.mark.parametrize("n,absent", [(3, 2)])
 def test_every_rank_names_the_rank_that_never_arrived(n, absent):
     """With one rank absent, the others wait on different peers (in 3 ranks, rank 1
     waits on rank 0, which waits on rank 2). After the timeout the live ranks
