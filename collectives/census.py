@@ -100,31 +100,23 @@ def _ranks(qs) -> str:
 
 
 def _message(ctx, answers: dict, grace: float, detail: str, timed_out: bool) -> str:
-    """"rank 1: all_reduce #3 timed out after 5 s: rank 2 never arrived (...). Here: ..."."""
-    seq, n = _seq(ctx.label), ctx.size
+    """"rank 1: all_reduce #3 timed out after 5 s: rank 2 never arrived in all_reduce #3 (...). Here: ..."."""
+    seq, label = _seq(ctx.label), ctx.label
     first = [q for q, a in answers.items() if a[2] == TIMED_OUT]
     gave_up = "" if timed_out or not first else f" ({_ranks(first)} gave up first)"
-    silent = [q for q in range(n) if q not in answers]
-    behind = {q: a for q, a in answers.items() if a[0] < seq}
+    silent = [q for q in range(ctx.size) if q not in answers]
+    behind = [q for q, a in answers.items() if a[0] < seq]
+    ahead = [q for q, a in answers.items() if a[0] > seq]
     here = [q for q, a in answers.items() if a[0] == seq]
-    absent = sorted(silent + list(behind))
-    parts = []
-    if absent:
-        parts.append(f"{_ranks(absent)} never arrived in {ctx.label}")
-    else:
-        parts.append(f"every rank is in {ctx.label}; none can go on")
+    absent = sorted(silent + behind)
+    verdict = f"{_ranks(absent)} never arrived in {label}" if absent else f"every rank is in {label}; none can go on"
     facts = []
     if silent:
-        facts.append(f"no word from {_ranks(silent)} within {grace:g} s: it never called {ctx.label}, "
-                     f"or is stuck outside the collectives, or gone" if len(silent) == 1 else
-                     f"no word from {_ranks(silent)} within {grace:g} s: they never called {ctx.label}, "
-                     f"or are stuck outside the collectives, or gone")
-    for q, a in sorted(behind.items()):
-        facts.append(f"rank {q} is still in {a[3]}")
-    for q, a in sorted(answers.items()):
-        if a[0] > seq:
-            facts.append(f"rank {q} is already in {a[3]}")
-    if here:
-        facts.append(f"{_ranks(here)} {'is' if len(here) == 1 else 'are'} in {ctx.label}")
-    return (f"rank {ctx.rank}: {ctx.label} timed out after {ctx.timeout:g} s{gave_up}: "
-            f"{parts[0]} ({'; '.join(facts)}). Here: {detail}")
+        they, are = ("it", "is") if len(silent) == 1 else ("they", "are")
+        facts.append(f"no word from {_ranks(silent)} within {grace:g} s: {they} never called {label}, "
+                     f"or {are} stuck outside the collectives, or gone")
+    facts += [f"rank {q} is still in {answers[q][3]}" for q in sorted(behind)]
+    facts += [f"rank {q} is already in {answers[q][3]}" for q in sorted(ahead)]
+    facts.append(f"{_ranks(here)} {'is' if len(here) == 1 else 'are'} in {label}")
+    return (f"rank {ctx.rank}: {label} timed out after {ctx.timeout:g} s{gave_up}: "
+            f"{verdict} ({'; '.join(facts)}). Here: {detail}")
