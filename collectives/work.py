@@ -13,6 +13,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+_local = threading.local()
+
+
+def on_progress_thread() -> bool:
+    """True on an Engine's progress thread: its waits must leave the core to
+    the caller's thread, which computes meanwhile (see Context.wait)."""
+    return getattr(_local, "progress", False)
+
 
 class Work:
     """Handle of an async collective. ``wait()`` returns its result, once."""
@@ -23,12 +31,39 @@ class Work:
         self._result = None
         self._error: BaseException | None = None
         self._waited = False
+        self._callbacks: list = []
+        self._lock = threading.Lock()
 
     def _finish(self, result=None, error: BaseException | None = None) -> None:
-        if self._done.is_set():
-            raise RuntimeError(f"{self.label}: completed twice")
-        self._result, self._error = result, error
-        self._done.set()
+        with self._lock:
+            if self._done.is_set():
+                raise RuntimeError(f"{self.label}: completed twice")
+            self._result, self._error = result, error
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
+
+    def add_done_callback(self, fn) -> None:
+        """Call ``fn(work)`` when the collective finishes (on the progress thread),
+        or now if it already has. ``fn`` reads the outcome with ``work.result()``.
+
+        Args:
+          fn: a callable taking this Work; what it raises propagates to its caller.
+        """
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def result(self):
+        """The finished collective's result, or raise its error; does not count as ``wait()``."""
+        if not self._done.is_set():
+            raise RuntimeError(f"{self.label}: result() before the collective finished")
+        if self._error is not None:
+            raise self._error
+        return self._result
 
     def is_completed(self) -> bool:
         return self._done.is_set()
@@ -102,9 +137,11 @@ class Engine:
             self._cv.wait_for(lambda: self._inflight == 0)
 
     def _loop(self) -> None:
+        _local.progress = True
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: (self._queue and not self._inline) or self._closed)
+                # never beside an inline call, closed or not: one collective at a time
+                self._cv.wait_for(lambda: not self._inline and (self._queue or self._closed))
                 if self._closed and not self._queue:
                     return
                 fn, work = self._queue.popleft()

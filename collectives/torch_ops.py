@@ -1,0 +1,135 @@
+"""The process group's torch-side helpers: reduce ops in the Communicator's words,
+the Work it returns, and contiguous staging of the caller's tensors."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ReduceOp
+
+_OPS = {ReduceOp.SUM: "sum", ReduceOp.AVG: "avg", ReduceOp.PRODUCT: "prod",
+        ReduceOp.MIN: "min", ReduceOp.MAX: "max"}
+
+
+def reduce_op(op, what: str) -> tuple[str, float | None]:
+    """(Communicator op name, PREMUL_SUM factor or None) of a torch ReduceOp.
+
+    Args:
+      op: a ``ReduceOp`` (as on ``opts.reduceOp``) or a ``ReduceOp.RedOpType``.
+      what: the collective, for the error message.
+    """
+    kind = getattr(op, "op", op)
+    if kind == ReduceOp.PREMUL_SUM:
+        factor = getattr(op, "factor", None)
+        if factor is None:  # torch versions without the attribute pickle it
+            factor = op.__getstate__()[1]
+        if isinstance(factor, torch.Tensor):
+            factor = float(factor.item())
+        return "sum", float(factor)
+    name = _OPS.get(kind)
+    if name is None:
+        raise ValueError(f"{what}: reduce op {kind} is not supported by the ringzero backend "
+                         f"(supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
+    return name, None
+
+
+class FutureWork(dist.Work):
+    """torch's Work over a Future that the progress thread completes.
+
+    Not ``_create_work_from_future``: the Work that makes (torch 2.13) returns
+    True from ``wait()`` even when the future failed, so a mismatched call
+    would pass silently. This one raises the collective's error from ``wait()``.
+    """
+
+    def __init__(self, fut: torch.futures.Future):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout=None) -> bool:
+        self._fut.wait()  # raises the collective's error; the Communicator's deadline bounds it
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._fut
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        if not self._fut.done():
+            raise RuntimeError("is_success() before the collective finished")
+        try:
+            self._fut.value()
+        except Exception:  # noqa: BLE001  the error is what is asked about
+            return False
+        return True
+
+
+class Stage:
+    """Contiguous stand-ins for the caller's tensors, and the copies back once done."""
+
+    def __init__(self):
+        self._back: list = []
+
+    def inout(self, t):
+        c = t.detach().contiguous()
+        if c.data_ptr() != t.data_ptr() or c.shape != t.shape:
+            self._back.append(lambda: t.detach().copy_(c))
+        return c
+
+    def input(self, t):
+        return t.detach().contiguous()
+
+    def output(self, t):
+        return self.inout(t)
+
+    def host_copy(self, t):
+        h = torch.empty(t.shape, dtype=t.dtype)
+        self._back.append(lambda: t.copy_(h))
+        return h
+
+    def scatter_back(self, outs, dtype, device):
+        flat = torch.empty(sum(o.numel() for o in outs), dtype=dtype, device=device)
+
+        def back():
+            start = 0
+            for o in outs:
+                o.detach().copy_(flat[start:start + o.numel()].view(o.shape))
+                start += o.numel()
+        self._back.append(back)
+        return flat
+
+    def copy_back(self):
+        for fn in self._back:
+            fn()
+
+
+def premul_factor(factor, t, what):
+    if not t.is_floating_point():
+        raise TypeError(f"{what}: PREMUL_SUM needs a floating-point tensor, got {t.dtype}")
+    return factor
+
+
+def same_length(a, b, what):
+    if len(a) != len(b):
+        raise ValueError(f"{what}: {len(a)} outputs for {len(b)} inputs")
+
+
+def split_counts(t, splits, n, name, rank):
+    rows = t.shape[0] if t.dim() else 1
+    row = t.numel() // rows if rows else 0
+    if not splits:
+        if rows % n:
+            raise ValueError(f"all_to_all_single on rank {rank}: {name} has {rows} rows, not divisible by {n}")
+        return [rows // n * row] * n
+    if len(splits) != n or sum(splits) != rows:
+        raise ValueError(f"all_to_all_single on rank {rank}: {name}_split_sizes {list(splits)} do not split "
+                         f"{rows} rows over {n} ranks")
+    return [s * row for s in splits]
+
+
+def displs(counts):
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out

@@ -1,0 +1,264 @@
+"""``RingzeroProcessGroup``: torch.distributed's collectives over one Communicator.
+
+torch dispatches ``dist.all_reduce`` and friends (and DDP's and FSDP2's
+buckets) to the Python methods below. Each one checks its arguments on the
+caller's thread, queues async collectives on the group's Communicator (its
+progress thread runs them in call order, the same order on every rank), and
+returns a torch Work (``FutureWork``) over a ``torch.futures.Future``. The progress
+thread completes that future when the last collective of the call finishes
+(``Work.add_done_callback``): DDP waits on it from C++ and never calls
+``wait()`` itself. The future's value is the list of output tensors.
+
+Tensors the Communicator cannot take as they are (non-contiguous ones, the
+pieces of a list-form all-gather or reduce-scatter) go through a contiguous
+staging tensor that the same callback copies back before the future
+completes. Only this file and torch_backend.py import torch.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions,
+                                        AllToAllOptions, BarrierOptions, BroadcastOptions,
+                                        ReduceScatterOptions)
+
+from .arrays import adapt
+from .communicator import Communicator
+from .errors import CollectiveError, CollectiveTimeout
+from .torch_ops import FutureWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
+
+
+class RingzeroProcessGroup(dist.ProcessGroup):
+    """A torch ProcessGroup whose collectives run on a ringzero Communicator.
+
+    Args:
+      comm: the Communicator of this group's ranks (rank and size must match torch's).
+      mpi_comm: the group's mpi4py communicator, for all-to-all (MPI's Ialltoallv).
+    """
+
+    def __init__(self, comm: Communicator, mpi_comm=None):
+        super().__init__(comm.rank, comm.size)
+        self.comm = comm
+        self._mpi_comm = mpi_comm
+        self._a2a_comm = mpi_comm.Dup() if mpi_comm is not None else None
+        self._group_name = ""
+        self._group_desc = ""
+        self._closed = False
+
+    # ------------------------------------------------------------- identity
+    def getBackendName(self) -> str:
+        return "ringzero"
+
+    def name(self) -> str:
+        return "ringzero"
+
+    def getGroupName(self) -> str:
+        return self._group_name
+
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupDesc(self) -> str:
+        return self._group_desc
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    @property
+    def group_desc(self) -> str:
+        return self._group_desc
+
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def shutdown(self) -> None:
+        """Finish queued work, stop the progress thread, free the MPI communicators
+        (``dist.destroy_process_group`` calls this on every rank)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.comm.close()  # later calls raise "communicator is closed"
+        for c in (self._a2a_comm, self._mpi_comm):
+            if c is not None:
+                c.Free()
+
+    def __repr__(self) -> str:
+        return f"<RingzeroProcessGroup {self._group_name!r} rank {self.comm.rank}/{self.comm.size}>"
+
+    # ---------------------------------------------------------- collectives
+    def allreduce(self, tensors, opts=AllreduceOptions()):
+        op, factor = reduce_op(opts.reduceOp, "allreduce")
+        stage = Stage()
+        launches = []
+        for t in tensors:
+            c = stage.inout(t)
+            if factor is not None:
+                c.mul_(premul_factor(factor, c, "allreduce"))
+            launches.append(lambda c=c: self.comm.all_reduce(c, op=op, out=c, async_op=True))
+        return self._start(launches, list(tensors), stage)
+
+    def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
+        return self.allreduce(tensors, opts)
+
+    def all_gather_single(self, output, input, opts=AllgatherOptions()):
+        return self.all_gather_single_coalesced([output], [input], opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=AllgatherOptions()):
+        same_length(outputs, inputs, "all_gather_single")
+        stage = Stage()
+        launches = []
+        for o, i in zip(outputs, inputs):
+            if o.numel() != i.numel() * self.comm.size or o.dtype != i.dtype:
+                raise ValueError(f"all_gather_into_tensor on rank {self.comm.rank}: output has {o.numel()} "
+                                 f"{o.dtype} elements, input {i.numel()} {i.dtype} (x world size {self.comm.size})")
+            x, out = stage.input(i), stage.output(o)
+            launches.append(lambda x=x, out=out: self.comm.all_gather(x, out=out, async_op=True))
+        return self._start(launches, list(outputs), stage)
+
+    def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
+        return self.reduce_scatter_single_coalesced([output], [input], opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=ReduceScatterOptions()):
+        same_length(outputs, inputs, "reduce_scatter_single")
+        op, factor = reduce_op(opts.reduceOp, "reduce_scatter")
+        stage = Stage()
+        launches = []
+        for o, i in zip(outputs, inputs):
+            if i.numel() != o.numel() * self.comm.size or o.dtype != i.dtype:
+                raise ValueError(f"reduce_scatter_tensor on rank {self.comm.rank}: input has {i.numel()} "
+                                 f"{i.dtype} elements, output {o.numel()} {o.dtype} (x world size {self.comm.size})")
+            x = i * premul_factor(factor, i, "reduce_scatter") if factor is not None else stage.input(i)
+            out, counts = stage.output(o), [o.numel()] * self.comm.size
+            launches.append(lambda x=x, out=out, counts=counts: self.comm.reduce_scatter(
+                x, op=op, out=out, counts=counts, async_op=True))
+        return self._start(launches, list(outputs), stage)
+
+    def allgather(self, output_lists, inputs, opts=AllgatherOptions()):
+        same_length(output_lists, inputs, "allgather")
+        stage = Stage()
+        launches = []
+        for outs, i in zip(output_lists, inputs):
+            if len(outs) != self.comm.size:
+                raise ValueError(f"all_gather on rank {self.comm.rank}: {len(outs)} output tensors, "
+                                 f"world size {self.comm.size}")
+            counts = [o.numel() for o in outs]
+            flat = stage.scatter_back(outs, i.dtype, i.device)
+            x = stage.input(i)
+            launches.append(lambda x=x, flat=flat, counts=counts: self.comm.all_gather(
+                x, out=flat, counts=counts, async_op=True))
+        return self._start(launches, list(output_lists), stage)
+
+    def reduce_scatter(self, outputs, input_lists, opts=ReduceScatterOptions()):
+        same_length(outputs, input_lists, "reduce_scatter")
+        op, factor = reduce_op(opts.reduceOp, "reduce_scatter")
+        stage = Stage()
+        launches = []
+        for o, ins in zip(outputs, input_lists):
+            if len(ins) != self.comm.size:
+                raise ValueError(f"reduce_scatter on rank {self.comm.rank}: {len(ins)} input tensors, "
+                                 f"world size {self.comm.size}")
+            counts = [i.numel() for i in ins]
+            x = torch.cat([i.reshape(-1) for i in ins]) if ins else torch.empty(0, dtype=o.dtype, device=o.device)
+            if factor is not None:
+                x.mul_(premul_factor(factor, x, "reduce_scatter"))
+            out = stage.output(o)
+            launches.append(lambda x=x, out=out, counts=counts: self.comm.reduce_scatter(
+                x, op=op, out=out, counts=counts, async_op=True))
+        return self._start(launches, list(outputs), stage)
+
+    def broadcast(self, tensors, opts=BroadcastOptions()):
+        root = opts.rootRank
+        stage = Stage()
+        launches = []
+        for t in tensors:
+            c = stage.inout(t)
+            launches.append(lambda c=c: self.comm.broadcast(c, root=root, out=c, async_op=True))
+        return self._start(launches, list(tensors), stage)
+
+    def barrier(self, opts=BarrierOptions()):
+        return self._start([lambda: self.comm.barrier(async_op=True)], [], Stage())
+
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
+                          opts=AllToAllOptions()):
+        """MPI's own Ialltoallv on a duplicate of the group's communicator, queued on the
+        Communicator's progress thread so it keeps its place in the call order."""
+        if self._a2a_comm is None:
+            raise RuntimeError("all_to_all_single: this group has no MPI communicator")
+        n, rank = self.comm.size, self.comm.rank
+        in_counts = split_counts(input, input_split_sizes, n, "input", rank)
+        out_counts = split_counts(output, output_split_sizes, n, "output", rank)
+        if output.dtype != input.dtype:
+            raise TypeError(f"all_to_all_single on rank {rank}: output is {output.dtype}, input {input.dtype}")
+        stage = Stage()
+        x, out = stage.input(input), stage.output(output)
+        if x.is_cuda:  # MPI's all-to-all moves host memory: stage through it
+            x, out = x.cpu(), stage.host_copy(out)
+        size = x.element_size()
+        label = f"all_to_all_single on rank {rank}"
+
+        def body():
+            from mpi4py import MPI
+            send = adapt(x).flat.view("u1")
+            recv = adapt(out, "output", writable=True).flat.view("u1")
+            sc, rc = [c * size for c in in_counts], [c * size for c in out_counts]
+            req = self._a2a_comm.Ialltoallv([send, (sc, displs(sc)), MPI.BYTE], [recv, (rc, displs(rc)), MPI.BYTE])
+            deadline = time.monotonic() + self.comm.timeout
+            while not req.Test():
+                if time.monotonic() > deadline:
+                    raise CollectiveTimeout(f"{label}: MPI all-to-all not complete after {self.comm.timeout} s")
+                time.sleep(20e-6)
+        work = self.comm._engine.submit(body, label)  # the progress thread keeps call order
+        return self._start([lambda: work], [output], stage)
+
+    # aliases older torch dispatches to
+    _allgather_base = all_gather_single
+    _reduce_scatter_base = reduce_scatter_single
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # ----------------------------------------------------------- execution
+    def _start(self, launches, outputs, stage):
+        """Launch the async collectives; return a torch Work whose future the last one completes."""
+        fut = torch.futures.Future()
+        works = [launch() for launch in launches]
+        lock = threading.Lock()
+        left = [len(works)]
+        errors: list = []
+
+        def finished(work):
+            try:
+                work.result()
+            except BaseException as e:  # handed to whoever waits on the future
+                errors.append(e)
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            try:
+                if errors:
+                    raise errors[0]
+                stage.copy_back()
+            except BaseException as e:
+                fut.set_exception(e if isinstance(e, Exception) else CollectiveError(repr(e)))
+                return
+            fut.set_result(outputs)
+
+        if not works:
+            stage.copy_back()
+            fut.set_result(outputs)
+        for w in works:
+            w.add_done_callback(finished)
+        return FutureWork(fut)
+
+
+__all__ = ["FutureWork", "RingzeroProcessGroup"]
