@@ -17,7 +17,10 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
       op: a ``ReduceOp`` (as on ``opts.reduceOp``) or a ``ReduceOp.RedOpType``.
       what: the collective, for the error message.
     """
-    kind = getattr(op, "op", op)
+    kind = op.op if type(op) is ReduceOp else op
+    name = _OPS.get(kind)
+    if name is not None:
+        return name, None
     if kind == ReduceOp.PREMUL_SUM:
         factor = getattr(op, "factor", None)
         if factor is None:  # torch versions without the attribute pickle it
@@ -25,11 +28,8 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
         if isinstance(factor, torch.Tensor):
             factor = float(factor.item())
         return "sum", float(factor)
-    name = _OPS.get(kind)
-    if name is None:
-        raise ValueError(f"{what}: reduce op {kind} is not supported by the ringzero backend "
-                         f"(supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
-    return name, None
+    raise ValueError(f"{what}: reduce op {kind} is not supported by the ringzero backend "
+                     f"(supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
 
 
 class FutureWork(dist.Work):

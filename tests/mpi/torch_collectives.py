@@ -216,7 +216,9 @@ if "--train" in sys.argv:
 # a mismatched call raises everywhere, naming ranks, before the timeout
 t0 = time.monotonic()
 try:
-    dist.all_reduce(torch.ones(10 if R == 0 else 11))
+    work = dist.all_reduce(torch.ones(10 if R == 0 else 11), async_op=N == 3)  # 3: the async path's error
+    if work is not None:
+        work.wait()
     failures.append(f"FAIL rank {R}: mismatched all_reduce did not raise")
 except Exception as e:  # noqa: BLE001
     took = time.monotonic() - t0
