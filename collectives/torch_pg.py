@@ -228,6 +228,7 @@ class RingzeroProcessGroup(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+    alltoall_base = all_to_all_single
 
     # ----------------------------------------------------------- execution
     def _now(self, call, outputs):
