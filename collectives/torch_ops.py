@@ -65,16 +65,27 @@ class FutureWork(dist.Work):
 
 
 class Stage:
-    """Contiguous stand-ins for the caller's tensors, and the copies back once done."""
+    """Contiguous stand-ins for the caller's tensors, and the copies back once done.
+
+    The copies back run on the progress thread, on the device's default stream,
+    which the caller's stream does not wait for: on CUDA they are finished
+    (synchronized) before the future completes.
+    """
 
     def __init__(self):
         self._back: list = []
+        self._devices: set = set()
 
     def inout(self, t):
         c = t.detach().contiguous()
         if c.data_ptr() != t.data_ptr() or c.shape != t.shape:
-            self._back.append(lambda: t.detach().copy_(c))
+            self._later(t, lambda: t.detach().copy_(c))
         return c
+
+    def _later(self, t, fn):
+        self._back.append(fn)
+        if t.is_cuda:
+            self._devices.add(t.device)
 
     def input(self, t):
         return t.detach().contiguous()
@@ -84,7 +95,7 @@ class Stage:
 
     def host_copy(self, t):
         h = torch.empty(t.shape, dtype=t.dtype)
-        self._back.append(lambda: t.copy_(h))
+        self._later(t, lambda: t.copy_(h))
         return h
 
     def scatter_back(self, outs, dtype, device):
@@ -95,12 +106,14 @@ class Stage:
             for o in outs:
                 o.detach().copy_(flat[start:start + o.numel()].view(o.shape))
                 start += o.numel()
-        self._back.append(back)
+        self._later(flat, back)
         return flat
 
     def copy_back(self):
         for fn in self._back:
             fn()
+        for device in self._devices:
+            torch.cuda.synchronize(device)
 
 
 def premul_factor(factor, t, what):

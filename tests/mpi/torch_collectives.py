@@ -21,12 +21,15 @@ import sys
 import time
 from datetime import timedelta
 
+T_START = time.monotonic()
+
 import numpy as np
 import torch
 import torch.distributed as dist
 
 import collectives.torch_backend  # noqa: F401  registers "ringzero"
 
+T0 = time.monotonic()
 failures: list[str] = []
 if "--init" in sys.argv:
     import torch_init  # this script's folder is on sys.path
@@ -208,6 +211,7 @@ except Exception as e:  # noqa: BLE001
     if "BAND" not in str(e):
         failures.append(f"FAIL rank {R} BAND error does not name the op: {e}")
 
+T1 = time.monotonic()
 if "--train" in sys.argv:
     import torch_train
     if torch_train.main():
@@ -227,6 +231,9 @@ except Exception as e:  # noqa: BLE001
         failures.append(f"FAIL rank {R}: mismatch error after {took:.1f} s: {e}")
     print(f"rank {R} mismatch raised after {took:.2f} s: {str(e).splitlines()[0][:200]}", flush=True)
 
+if R == 0:
+    print(f"times: imports+init {T0 - T_START:.1f} s, init cases and matrix {T1 - T0:.1f} s, "
+          f"training {time.monotonic() - T1:.1f} s", flush=True)
 for f in failures[:20]:
     print(f, flush=True)
 if failures:
