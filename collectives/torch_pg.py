@@ -29,10 +29,11 @@ from .arrays import adapt
 from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout
 from .torch_ops import FutureWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
+from .torch_rooted import RootedCollectives
 from .work import Work
 
 
-class RingzeroProcessGroup(dist.ProcessGroup):
+class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     """A torch ProcessGroup whose collectives run on a ringzero Communicator.
 
     Args:

@@ -184,6 +184,26 @@ for op_name, op, factor in op_cases(torch.float32):
     dist.reduce_scatter(out, [tensor(a, torch.float32) for a in ins[R]], op=op)
     check(out, reduce([ins[r][R] for r in range(N)], op_name, factor), f"reduce_scatter list {op_name}")
 
+# reduce and gather to every root (the other ranks' tensors stay as they were)
+for root in range(N):
+    for op_name, op, factor in op_cases(torch.float32):
+        base = "sum" if op_name == "premul" else op_name
+        ins = [values(r, 11, root, base) for r in range(N)]
+        t = tensor(ins[R], torch.float32)
+        dist.reduce(t, dst=root, op=op)
+        check(t, reduce(ins, op_name, factor) if R == root else ins[R], f"reduce {op_name} dst={root}")
+    outs = [torch.empty(5, dtype=torch.int64) for _ in range(N)] if R == root else None
+    dist.gather(tensor(values(R, 5, root), torch.int64), outs, dst=root)
+    for r in range(N if R == root else 0):
+        check(outs[r], values(r, 5, root), f"gather[{r}] dst={root}")
+try:
+    dist.send(torch.ones(1), (R + 1) % N)
+    failures.append(f"FAIL rank {R}: send did not raise")
+except NotImplementedError as e:
+    checks += 1
+    if "send" not in str(e):
+        failures.append(f"FAIL rank {R}: send's error does not name it: {e}")
+
 # barrier: nobody leaves before the last one arrives
 t0 = time.monotonic()
 if R == N - 1:
