@@ -13,7 +13,7 @@ CORES   := $(shell nproc)
 over     = $(shell [ $(1) -gt $(CORES) ] && echo --oversubscribe)
 MPIRUN  := $(BIN)/mpirun
 
-.PHONY: venv test demo bench explain gpu-check clean
+.PHONY: venv test demo bench bench-torch bench-ddp explain gpu-check clean
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
@@ -40,6 +40,15 @@ bench: $(STAMP)  ## default sweep on 2 ranks: ring, MPI and the bare ring (the c
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \
 		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,p2p \
 		--json bench/results/collectives-cpu-n$(NP).json
+
+bench-torch: $(STAMP)  ## ring, MPI, Gloo and our ring through torch (ringzero ProcessGroup) in one sweep, plotted
+	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \
+		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,gloo,torch \
+		--json bench/results/collectives-torch-cpu-n$(NP).json --plot bench/results/collectives-torch-cpu-n$(NP).png
+
+bench-ddp: $(STAMP)  ## DDP and FSDP2 training steps/s over ringzero and Gloo (10M MLP, per-rank batch 16)
+	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/ddp.py --batch 16 \
+		--json bench/results/ddp-cpu-n$(NP).json --plot bench/results/ddp-cpu-n$(NP).png
 
 gpu-check: $(STAMP)  ## on a GPU machine: GPU tests, kernel and collective benchmarks
 	bash bench/gpu_check.sh

@@ -1,4 +1,4 @@
-"""Collective benchmark in the style of nccl-tests: ring vs MPI (vs NCCL) in one run.
+"""Collective benchmark in the style of nccl-tests: ring vs MPI, Gloo (vs NCCL) in one run.
 
     mpirun -n 4 python bench/collectives.py -b 1K -e 64M -f 4 \
         --op all_reduce,reduce_scatter,all_gather --dtype float32 --algorithm ring,mpi
@@ -15,10 +15,24 @@ reduce-scatter and all-gather, 1 for broadcast (nccl-tests' convention).
 Each size is timed in rounds with the algorithms taking turns (each going
 first in turn); time is the median over rounds. At each size all algorithms
 share one set of buffers, so they move the very same memory (the output is
-reset before each algorithm's checked run). The "vs mpi" column is the median over rounds of the
-ratio within each round (paired): two timings taken back to back share the
+reset before each algorithm's checked run). A "vs" column is the median over
+rounds of the ratio within each round (paired): two timings taken back to back share the
 machine's state, so on a noisy machine the paired ratio drifts far less
 than a ratio of two separate medians (the JSON keeps both).
+
+Baselines: every algorithm gets a paired ratio against each of mpi and gloo
+that runs ("vs mpi", "vs gloo"; JSON ``ratio_vs_mpi``, ``ratio_vs_gloo``).
+``--algorithm gloo`` is torch.distributed's Gloo backend and ``--algorithm
+torch`` our ring called through the ringzero ProcessGroup
+(collectives/torch_backend.py), both on torch views of the same arrays
+(torch is imported only for them). With torch and ring in one run, the
+"torch-ring(us)" column is the group's per-call cost over the bare
+Communicator, paired round by round. torch's all-reduce and broadcast work in
+place: they run on the output buffer, refilled from the input before each
+round outside the timing (so torch-ring also holds the difference between
+our in-place and out-of-place all-reduce, nothing at small sizes). torch runs
+one intra-op thread per rank, as under torchrun: more spin in OpenMP and
+slowed ring and MPI in the same run a hundredfold on this 2-core machine.
 
 ``--algorithm ring,mpi,p2p`` adds the bare ring (bench/bare_ring.py): the
 same ring with nothing but Isend, Irecv and numpy, the ceiling of any ring
@@ -39,20 +53,14 @@ from mpi4py import MPI
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from collectives import Communicator  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
+from collectives.volumes import busbw_factor  # noqa: E402
 
 from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+ALGORITHMS = ("ring", "mpi", "nccl", "p2p", "gloo", "torch")
+BASELINES = ("mpi", "gloo")  # every other algorithm gets a paired ratio against each one present
 SENTINEL = 127  # never a right answer everywhere: the inputs are in [-8, 8] and vary by element
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests' bus-bandwidth factors, stated once."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("reduce_scatter", "all_gather"):
-        return (n - 1) / n
-    return 1.0
 
 
 def parse_size(text: str) -> int:
@@ -115,6 +123,9 @@ class Case:
             self.expect = np.trunc(self.expect / n) if np.dtype(dtype).kind == "i" else self.expect / n
         self.xp = xp
 
+    def prepare(self) -> None:
+        """Set up what a timed round starts from (outside the timing): nothing for our calls."""
+
     def run(self):
         c, op = self.comm, self.op
         if op == "all_reduce":
@@ -131,6 +142,95 @@ class Case:
         return int(np.count_nonzero(got.astype(np.float64) != self.expect))
 
 
+class TorchComm:
+    """A torch.distributed group seen as the benchmark sees a communicator: rank, size, barrier, close."""
+
+    def __init__(self, dist, group, name: str):
+        self.dist, self.group, self.name = dist, group, name
+        self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
+
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+    def close(self) -> None:
+        pass  # the groups go with dist.destroy_process_group() at the end
+
+
+def as_tensor(torch, a: np.ndarray):
+    """A torch tensor sharing ``a``'s memory (bfloat16 through an int16 view: torch cannot take ml_dtypes')."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+class TorchCase(Case):
+    """A Case run through torch.distributed (Gloo, or our ring behind the ringzero ProcessGroup).
+
+    The tensors are zero-copy views of the very arrays the other algorithms
+    use. torch's all_reduce and broadcast have no output argument: they run
+    in place on ``out``, which prepare() fills from ``x`` before the checked
+    run and before each timed round, outside the timing (an in-place
+    all-reduce repeated within a round sums sums: the values change, the
+    bytes moved do not). reduce_scatter and all_gather are out of place, as ours."""
+
+    REDOPS = {"sum": "SUM", "avg": "AVG", "max": "MAX", "min": "MIN", "prod": "PRODUCT"}
+
+    def __init__(self, comm: TorchComm, op, redop, dtype, nbytes, xp, like=None):
+        super().__init__(comm, op, redop, dtype, nbytes, xp, like=like)
+        import torch
+
+        self.dist, self.group = comm.dist, comm.group
+        self.tx, self.tout = as_tensor(torch, self.x), as_tensor(torch, self.out)
+        self.top = getattr(self.dist.ReduceOp, self.REDOPS[redop])
+        d = self.dist  # torch 2.13 names the tensor forms *_single; older torch *_tensor
+        self.rs = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
+        self.ag = getattr(d, "all_gather_single", None) or d.all_gather_into_tensor
+
+    def prepare(self) -> None:
+        if self.op == "all_reduce" or (self.op == "broadcast" and self.comm.rank == 0):
+            self.out[...] = self.x
+
+    def run(self):
+        d, op, g = self.dist, self.op, self.group
+        if op == "all_reduce":
+            d.all_reduce(self.tout, op=self.top, group=g)
+        elif op == "reduce_scatter":
+            self.rs(self.tout, self.tx, op=self.top, group=g)
+        elif op == "all_gather":
+            self.ag(self.tout, self.tx, group=g)
+        else:
+            d.broadcast(self.tout, src=d.get_global_rank(g, 0) if g is not None else 0, group=g)
+
+
+def paired_ratio(base_times: list[float], times: list[float]) -> float:
+    """Median over rounds of base/this, each pair timed back to back in one round."""
+    return float(np.median([b / t for b, t in zip(base_times, times)]))
+
+
+_torch_groups: dict = {}
+
+
+def make_comm(alg: str, world, kw: dict, want_ringzero: bool = False):
+    """The communicator an algorithm runs on: ours, MPI's, the bare ring, or a torch group.
+
+    Args:
+      want_ringzero: the run also asks for "torch" (the torch groups are made once, all together).
+    """
+    if alg == "p2p":
+        return BareRing(world)
+    if alg in ("gloo", "torch"):
+        import torch.distributed as dist
+
+        if alg not in _torch_groups:  # bench/torch_groups.py; "torch" is our ring behind the ringzero group
+            from torch_groups import init_groups
+
+            groups = init_groups(world, ringzero=want_ringzero)
+            _torch_groups.update({"gloo": groups["gloo"], "torch": groups.get("ringzero")})
+        return TorchComm(dist, _torch_groups[alg], alg)
+    # Our ring keeps its safety header on; MPI's own collectives run bare, as users know them.
+    return Communicator(algorithm=alg, verify=(alg == "ring"), **kw)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("-b", "--minbytes", default="1K", help="smallest size (K, M, G suffixes)")
@@ -144,7 +244,8 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--redop", default="sum")
     p.add_argument("--algorithm", default="ring,mpi",
-                   help="comma list of ring, mpi, nccl, p2p (the bare ring: see bench/bare_ring.py)")
+                   help="comma list of ring, mpi, nccl, p2p (the bare ring: see bench/bare_ring.py), "
+                        "gloo (torch.distributed's Gloo), torch (our ring through the ringzero ProcessGroup)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--chunk-bytes", type=int, default=None, help="ring chunk size (default: library's)")
     p.add_argument("--json", default=None, help="write the records here (rank 0)")
@@ -159,6 +260,14 @@ def main(argv=None) -> int:
             p.error(f"unknown --op {o}; choose from {', '.join(OPS)}")
     if "p2p" in algos and a.device != "cpu":
         p.error("--algorithm p2p (the bare ring) runs on host arrays only: use --device cpu")
+    unknown = [x for x in algos if x not in ALGORITHMS]
+    if unknown:
+        p.error(f"unknown --algorithm {','.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
+    torch_algos = [x for x in algos if x in ("gloo", "torch")]
+    if torch_algos and a.device != "cpu":
+        p.error(f"--algorithm {','.join(torch_algos)} runs on host arrays only here: use --device cpu")
+    if "gloo" in algos and a.redop == "avg":
+        p.error("Gloo has no avg reduction: use --redop sum (or leave gloo out)")
     dtype = to_dtype(a.dtype)
     if a.device == "cuda":
         import cupy as xp
@@ -166,9 +275,7 @@ def main(argv=None) -> int:
     else:
         xp = np
     kw = {} if a.chunk_bytes is None else {"chunk_bytes": a.chunk_bytes}
-    # Our ring keeps its safety header on; MPI's own collectives run bare, as users know them.
-    comms = {alg: BareRing(world) if alg == "p2p" else Communicator(algorithm=alg, verify=(alg == "ring"), **kw)
-             for alg in algos}
+    comms = {alg: make_comm(alg, world, kw, want_ringzero="torch" in algos) for alg in algos}
     n, rank = world.size, world.rank
     records = []
 
@@ -177,13 +284,21 @@ def main(argv=None) -> int:
             print(s, flush=True)
 
     say(f"# ringzero collectives benchmark: {n} ranks, dtype {a.dtype}, redop {a.redop}, device {a.device}")
+    baselines = [b for b in BASELINES if b in algos]
+    overhead = "torch" in algos and "ring" in algos
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters, algorithms taking turns each round;"
-        f" time = median over rounds of (max over ranks of the mean per iteration);"
-        f" vs mpi = median over rounds of the paired busbw ratio")
+        f" time = median over rounds of (max over ranks of the mean per iteration)")
+    if baselines:
+        say(f"# {', '.join('vs ' + b for b in baselines)}: median over rounds of the paired busbw ratio"
+            f" (baseline's time / this algorithm's time in the same round; > 1 is faster)")
+    if overhead:
+        say("# torch-ring(us): median over rounds of the paired per-call time difference, the ringzero"
+            " ProcessGroup's cost over calling the Communicator directly")
     say(f"# busbw = algbw x {{all_reduce: 2(n-1)/n = {busbw_factor('all_reduce', n):.3f}, "
         f"reduce_scatter/all_gather: (n-1)/n = {busbw_factor('all_gather', n):.3f}}}")
     hdr = (f"{'op':>14} {'size(B)':>11} {'count':>10} {'type':>8} {'redop':>5} {'algorithm':>9} "
-           f"{'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6} {'vs mpi':>8}")
+           f"{'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
+           + "".join(f" {'vs ' + b:>8}" for b in baselines) + (f" {'torch-ring(us)':>14}" if overhead else ""))
     for op in ops:
         say()
         say(hdr)
@@ -191,8 +306,10 @@ def main(argv=None) -> int:
             row, cases, times = {}, {}, {alg: [] for alg in algos}
             for alg in algos:
                 first = cases[algos[0]] if cases else None
-                case = cases[alg] = Case(comms[alg], op, a.redop, dtype, size, xp, like=first)
+                kind = TorchCase if alg in ("gloo", "torch") else Case
+                case = cases[alg] = kind(comms[alg], op, a.redop, dtype, size, xp, like=first)
                 case.out[...] = SENTINEL  # shared buffers: a result left by the last algorithm must not count
+                case.prepare()
                 case.run()
                 wrong = world.allreduce(case.wrong(), op=MPI.SUM)
                 for _ in range(a.warmup_iters):
@@ -201,6 +318,7 @@ def main(argv=None) -> int:
             for rnd in range(max(a.rounds, 1)):  # algorithms take turns, so drift touches all alike,
                 for alg in algos[rnd % len(algos):] + algos[:rnd % len(algos)]:  # each going first in turn
                     case = cases[alg]
+                    case.prepare()
                     comms[alg].barrier()
                     world.Barrier()
                     t0 = time.perf_counter()
@@ -214,45 +332,79 @@ def main(argv=None) -> int:
                 algbw = case.nbytes / dt / 1e9
                 rec = dict(op=op, algorithm=alg, dtype=a.dtype, redop=a.redop, bytes=case.nbytes,
                            count=case.count, ranks=n, time_us=dt * 1e6, algbw=algbw,
-                           busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device)
+                           busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device,
+                           rounds_us=[t * 1e6 for t in times[alg]])
                 row[alg] = rec
                 records.append(rec)
             for alg, rec in row.items():
-                ratio = ""
-                if alg != "mpi" and "mpi" in row and row["mpi"]["busbw"] > 0:
-                    paired = float(np.median([m / t for m, t in zip(times["mpi"], times[alg])]))
-                    rec["ratio_vs_mpi"] = paired  # busbw ratio = time ratio, round by round
-                    rec["ratio_of_medians"] = rec["busbw"] / row["mpi"]["busbw"]
-                    rec["rounds_us"] = [t * 1e6 for t in times[alg]]
-                    rec["mpi_rounds_us"] = [t * 1e6 for t in times["mpi"]]
-                    ratio = f"{paired:.2f}x"
+                cols = []
+                for b in baselines:
+                    if alg == b:
+                        cols.append("-")
+                        continue
+                    # busbw ratio = time ratio, round by round
+                    rec[f"ratio_vs_{b}"] = paired_ratio(times[b], times[alg])
+                    rec[f"ratio_of_medians_vs_{b}"] = row[b]["time_us"] / rec["time_us"]  # busbw 0 at n = 1
+                    rec[f"{b}_rounds_us"] = [t * 1e6 for t in times[b]]
+                    cols.append(f"{rec[f'ratio_vs_{b}']:.2f}x")
+                if "mpi" in baselines and alg != "mpi":
+                    rec["ratio_of_medians"] = rec["ratio_of_medians_vs_mpi"]  # the older name
                 if alg == "ring" and "p2p" in row:  # how far our ring is from the bare one
-                    rec["ratio_vs_p2p"] = float(np.median([b / t for b, t in zip(times["p2p"], times[alg])]))
+                    rec["ratio_vs_p2p"] = paired_ratio(times["p2p"], times[alg])
+                if overhead:
+                    cols.append("-")
+                    if alg == "torch":
+                        rec["overhead_vs_ring_us"] = float(np.median(
+                            [(t - r) * 1e6 for t, r in zip(times["torch"], times["ring"])]))
+                        cols[-1] = f"{rec['overhead_vs_ring_us']:+.1f}"
                 say(f"{op:>14} {rec['bytes']:>11} {rec['count']:>10} {a.dtype:>8} "
                     f"{a.redop if op in ('all_reduce', 'reduce_scatter') else 'none':>5} {alg:>9} "
                     f"{rec['time_us']:>10.1f} {rec['algbw']:>11.3f} {rec['busbw']:>11.3f} "
-                    f"{rec['wrong']:>6} {ratio:>8}")
+                    f"{rec['wrong']:>6}" + "".join(f" {c:>8}" for c in cols[:len(baselines)])
+                    + (f" {cols[-1]:>14}" if overhead else ""))
     say()
     total_wrong = sum(r["wrong"] for r in records)
     for alg in algos:
         bw = [r["busbw"] for r in records if r["algorithm"] == alg]
         if bw:
             say(f"# {alg}: avg bus bandwidth {np.mean(bw):.3f} GB/s over {len(bw)} cases")
+    for alg in algos:  # the acceptance reads "at least Nx at every size": the worst case, and where
+        for b in baselines:
+            rs = [r for r in records if r["algorithm"] == alg and f"ratio_vs_{b}" in r]
+            if rs:
+                w = min(rs, key=lambda r: r[f"ratio_vs_{b}"])
+                say(f"# {alg} vs {b}: lowest paired ratio {w[f'ratio_vs_{b}']:.2f}x ({w['op']}, {w['bytes']} B)")
+    over = [r for r in records if "overhead_vs_ring_us" in r]
+    if over:
+        smallest = min(r["bytes"] for r in over)
+        say("# torch over ring at " + f"{smallest} B: " + ", ".join(
+            f"{r['op']} {r['overhead_vs_ring_us']:+.1f} us" for r in over if r["bytes"] == smallest))
     say(f"# out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
+    membw = None
+    if a.plot:  # the roofline, measured in this process after the sweep (rank 0 alone: nothing else runs)
+        from membw import measure_membw  # bench/membw.py
+
+        if rank == 0:
+            membw = measure_membw()
+            say(f"# memory bandwidth (copy, read + write), measured now: {membw:.2f} GB/s")
+        for r in records:
+            r["membw_gbps"] = membw
     if rank == 0 and a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
             json.dump(records, f, indent=1)
         print(f"# wrote {len(records)} records to {a.json}")
-    if a.plot:
-        from membw import measure_membw  # bench/membw.py
-        membw = measure_membw() if rank == 0 else None
-        if rank == 0:
-            from plot import plot_busbw  # bench/plot.py
-            plot_busbw(records, a.plot, membw_gbps=membw)
-            print(f"# wrote {a.plot}")
+    if a.plot and rank == 0:
+        from plot import plot_busbw  # bench/plot.py
+
+        plot_busbw(records, a.plot, membw_gbps=membw)
+        print(f"# wrote {a.plot}")
     for c in comms.values():
         c.close()
+    if any(alg in ("gloo", "torch") for alg in algos):
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     return 1 if total_wrong else 0
 
 

@@ -33,17 +33,9 @@ sys.path.insert(0, ROOT)
 
 from collectives import Communicator  # noqa: E402
 from collectives.trace import Tracer  # noqa: E402
+from collectives.volumes import zero_volume  # noqa: E402,F401  (ZeRO's formula, stated once)
 
 CATS = ("weights", "gradients", "master", "optimizer", "comm")
-
-
-def zero_volume(psi: int, n: int, stage: int, param_bytes: int, grad_bytes: int) -> float:
-    """ZeRO's bytes sent per rank per step: grads reduced once, weights gathered (twice at stage 3)."""
-    f = (n - 1) / n
-    if stage == 0:
-        return 2 * f * psi * grad_bytes
-    gathers = 2 if stage == 3 else 1  # stage 3 gathers for the forward and again for the backward
-    return f * psi * (grad_bytes + gathers * param_bytes)
 
 
 def ring_bytes_sent(tracer) -> int:

@@ -24,6 +24,10 @@ per collective; a barrier is exactly this exchange. The ring hides it:
 ``start_agreement`` posts the first round and returns, so the headers travel
 while the ring posts its first sends and does its local work (see ring.py,
 Context.checked).
+
+The header's fields, the counts digest and the text of a mismatch report
+live in header.py; this module is the exchange. (ALGORITHMS, COLLECTIVES,
+digest and make_header are imported here for communicator.py.)
 """
 from __future__ import annotations
 
@@ -32,8 +36,8 @@ import struct
 
 import numpy as np
 
-from .dtypes import DTYPES, OPS
 from .errors import MismatchError
+from .header import ALGORITHMS, COLLECTIVES, HEADER_BYTES, NF, describe, digest, make_header  # noqa: F401
 from .kernels import NUMPY_KERNELS
 from .schedule import halving_peers
 
@@ -41,37 +45,7 @@ TAG_AGREE = 11
 TAG_DETAIL = 12
 MAX_SMALL_BYTES = 256 * 1024  # the largest payload that may ride in a header message, on any rank
 # (every communicator keeps a receive buffer this large: 2x the default small_bytes)
-
-FIELDS = ("version", "seq", "collective", "op", "dtype", "count", "counts", "root",
-          "algorithm", "chunk", "small", "device")
-NF = len(FIELDS)
-HEADER_BYTES = 2 * NF * 8  # min and max of every field
 _WIRE = struct.Struct(f"={2 * NF}q")  # [header, -header]: one elementwise min keeps min and max
-VERSION = 1
-COLLECTIVES = {"all_reduce": 1, "reduce_scatter": 2, "all_gather": 3, "broadcast": 4, "barrier": 5}
-ALGORITHMS = {"ring": 1, "mpi": 2, "nccl": 3}
-_NAMES = {
-    "collective": {v: k for k, v in COLLECTIVES.items()},
-    "op": {v: k for k, v in OPS.items()},
-    "dtype": {code: name for name, (_, code) in DTYPES.items()},
-    "algorithm": {v: k for k, v in ALGORITHMS.items()},
-}
-
-
-def digest(counts) -> int:
-    """A deterministic 61-bit fingerprint of a counts list (0 for None)."""
-    if counts is None:
-        return 0
-    m = (1 << 61) - 1
-    h = 1469598103934665603 % m
-    for c in counts:
-        h = (h * 1099511628211 + int(c) + 1) % m
-    return h
-
-
-def make_header(seq=0, collective=0, op=0, dtype=0, count=0, counts=0, root=0,
-                algorithm=0, chunk=0, small=0, device=0) -> list[int]:
-    return [VERSION, seq, collective, op, dtype, count, counts, root, algorithm, chunk, small, device]
 
 
 def agree(ctx, header: list[int], payload: np.ndarray | None = None, op: str | None = None,
@@ -106,10 +80,11 @@ def _agreement(ctx, header, payload, op, source, pause):
             np.copyto(payload, source)
         return
     pbytes = payload.nbytes if payload is not None else 0
-    key = ("agree", pbytes, payload.dtype if payload is not None else None)
-    bufs = ctx.cache.get(key)
+    dtype = payload.dtype if payload is not None else None
+    views = ctx.cache.get(_CACHE)
+    bufs = views.get((pbytes, dtype)) if views is not None else None
     if bufs is None:
-        bufs = ctx.cache[key] = _Buffers(ctx, pbytes, payload.dtype if payload is not None else None)
+        bufs = _Buffers.get(ctx, pbytes, dtype)
     send, recv, cur, got, mine, theirs = bufs.views
     _WIRE.pack_into(send, 0, *header, *[-v for v in header])
     if payload is not None:
@@ -118,22 +93,25 @@ def _agreement(ctx, header, payload, op, source, pause):
     same = True  # every header heard so far equals ours
     folded, plan = _plan(ctx.rank, n)
     for peer, step, do_send, do_recv in plan:
-        hs = [ctx.irecv(recv, peer, TAG_AGREE)] if do_recv else []
+        # the small all-reduce's data is traced like the ring's (the header is not)
+        where = dict(phase="recursive-doubling", step=step, peer=peer, seg=0, chunk=0, offset=0,
+                     count=mine.size) if tracing else None
+        hs = [ctx.irecv(recv, peer, TAG_AGREE, where, theirs)] if do_recv else []
         if do_send:
-            hs.append(ctx.isend(send, peer, TAG_AGREE))
+            traced = ctx.trace_step("recursive-doubling", step, peer=peer, seg=0, offset=0) if tracing else None
+            hs.append(ctx.isend(send, peer, TAG_AGREE, traced, mine))
         if pause:  # the first round is posted: hand control back until the verdict is wanted
             pause = False
             yield
         ctx.wait(hs, peer=peer, step=step, chunk=0, what="header receive" if do_recv else "header send")
-        if tracing:  # the small all-reduce's data, traced like the ring's
-            if do_send:
-                ctx.record("send", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
-            if do_recv:
-                ctx.record("recv", phase="recursive-doubling", step=step, peer=peer, seg=0, nbytes=pbytes)
         if do_recv:
             if same and bufs.heard == bufs.said:
-                if payload is not None:
-                    NUMPY_KERNELS.reduce_(op, mine, theirs)
+                if payload is not None:  # the lower rank's operand first, on both sides:
+                    # op(a, b) and op(b, a) differ in the bits of max(+0, -0) and of NaN payloads
+                    if peer < ctx.rank:
+                        NUMPY_KERNELS.reduce(op, theirs, mine, mine)
+                    else:
+                        NUMPY_KERNELS.reduce_(op, mine, theirs)
             else:  # keep going, so every rank finishes the pattern and hears the verdict
                 same = False
                 np.minimum(cur, got, out=cur)
@@ -145,15 +123,43 @@ def _agreement(ctx, header, payload, op, source, pause):
         np.copyto(payload, mine)
 
 
+_CACHE = "agree"  # ctx.cache[_CACHE]: {(payload bytes, dtype): _Buffers}, at most MAX_CACHED shapes
+MAX_CACHED = 32
+
+
+def agreement_bytes(cache: dict) -> int:
+    """Bytes of the buffers that ``cache`` (a communicator's) keeps alive for
+    the agreement. They are the communicator's "agree-send"/"agree-recv"
+    scratch buffers, which scratch_bytes() counts already: the cached views
+    never hold an older, replaced buffer (see _Buffers.get)."""
+    views = cache.get(_CACHE) or {}
+    bases = {id(b): b for v in views.values() for b in v.bases}
+    return sum(b.nbytes for b in bases.values())
+
+
 class _Buffers:
     """A message: int64 [header, -header] (one elementwise min keeps both the
-    min and the negated max), then the payload's bytes. Built once per shape."""
+    min and the negated max), then the payload's bytes. Views built once per
+    payload shape, into two scratch buffers shared by every shape."""
+
+    @staticmethod
+    def get(ctx, pbytes, dtype) -> "_Buffers":
+        """The views for this payload shape, cached. When the send buffer had to
+        grow, the views into the old one are dropped with it; past MAX_CACHED
+        shapes (a caller cycling through sizes) the cache starts over."""
+        views = ctx.cache.setdefault(_CACHE, {})
+        bufs = _Buffers(ctx, pbytes, dtype)
+        if len(views) >= MAX_CACHED or any(v.bases[0] is not bufs.bases[0] for v in views.values()):
+            views.clear()
+        views[(pbytes, dtype)] = bufs
+        return bufs
 
     def __init__(self, ctx, pbytes, dtype):
         if pbytes > MAX_SMALL_BYTES:
             raise ValueError(f"a {pbytes}-byte payload cannot ride in a header (at most {MAX_SMALL_BYTES})")
         send = ctx.scratch("agree-send", HEADER_BYTES + pbytes, np.uint8, host=True)
         recv = ctx.scratch("agree-recv", HEADER_BYTES + MAX_SMALL_BYTES, np.uint8, host=True)
+        self.bases = (send.base if send.base is not None else send, recv.base if recv.base is not None else recv)
         mine = send[HEADER_BYTES:].view(dtype) if dtype is not None else None
         theirs = recv[HEADER_BYTES:HEADER_BYTES + pbytes].view(dtype) if dtype is not None else None
         self.views = (send, recv, send[:HEADER_BYTES].view(np.int64), recv[:HEADER_BYTES].view(np.int64),
@@ -187,36 +193,3 @@ def _report(ctx, header: np.ndarray) -> None:
             handles.append(ctx.isend(header, q, TAG_DETAIL))
     ctx.wait(handles, peer=-1, step="mismatch report", chunk=0, what="exchange of headers")
     raise MismatchError(f"rank {r}: ranks disagree on a collective call. " + describe(all_h))
-
-
-def _show(field: str, value: int) -> str:
-    names = _NAMES.get(field)
-    return names.get(int(value), str(int(value))) if names else str(int(value))
-
-
-def describe(all_h: np.ndarray) -> str:
-    """Say which fields differ and what each rank passed. When the collectives
-    themselves differ, their other fields differ as a consequence and are not
-    listed; the counts lists travel as a fingerprint, so ranks are grouped by
-    which list they passed."""
-    parts = []
-    coll = _show("collective", np.bincount(all_h[:, 2]).argmax())
-    differ = [j for j in range(NF) if (all_h[:, j] != all_h[0, j]).any()]
-    if FIELDS.index("collective") in differ:
-        differ = [j for j in differ if FIELDS[j] in ("version", "seq", "collective")]
-    for j in differ:
-        field, col = FIELDS[j], all_h[:, j]
-        if field == "counts":
-            groups = {}
-            for q, v in enumerate(col):
-                groups.setdefault(int(v), []).append(q)
-            vals = "; ".join("ranks " + ", ".join(map(str, g)) if len(g) > 1 else f"rank {g[0]}"
-                             for g in groups.values())
-            parts.append(f"counts differs (the same list within each group: {vals})")
-            continue
-        vals = ", ".join(f"rank {q}: {_show(field, v)}" for q, v in enumerate(col))
-        parts.append(f"{field} differs ({vals})")
-    hint = ""
-    if coll == "all_gather" and any(x.startswith("count") for x in parts):
-        hint = " (pieces of different lengths need counts=)"
-    return f"Call #{int(all_h[0, 1])} ({coll}): " + "; ".join(parts) + hint

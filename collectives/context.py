@@ -1,21 +1,44 @@
 """What one running collective needs: transport, kernels, deadline, scratch, trace.
 
+Every message goes through ``Context.isend``/``irecv`` and every block through
+``Context.wait``, so these also record the trace (see trace.py): the
+algorithms only say which step, segment and chunk a message belongs to.
+
 ``Context.wait`` is the only place that blocks. It polls the transport
 against the collective's deadline, so a collective never hangs: a peer that
 never sends turns into a :class:`CollectiveTimeout` naming this rank, the
-peer, the step and the chunk.
+ranks that never arrived (census.py), and the peer, step and chunk it waited
+for.
 """
 from __future__ import annotations
 
 import os
 import time
 
-from .errors import CollectiveTimeout
+from . import census
+from .work import on_progress_thread
 
-_SPIN_S = 20e-3  # busy-poll this long first: with a core per rank, spinning is fastest
+_SPIN_S = 20e-3  # the caller's thread with a core to itself: busy-poll this long first
+_THREAD_SPIN_S = 1e-3  # the progress thread with a spare core: poll briefly, then give the core away
 _YIELD_S = 2e-3  # then yield the core between polls for this long
 _QUICK_POLLS = 32  # polls before the deadline bookkeeping starts (~10 us of MPI tests)
+_MIN_SLEEP_S = 20e-6
 _MAX_SLEEP_S = 200e-6  # then sleep, backing off to this: a late chunk costs at most this much extra
+_LOOK_S = 1e-3  # once not spinning, look this often for a peer's timeout notice
+
+
+def wait_policy(transport) -> tuple[float, float]:
+    """(spin, yield) seconds for a wait on this thread, before it sleeps.
+
+    The caller's thread spins unless the node has more ranks than cores. The
+    progress thread runs an async collective while the caller computes: where
+    the rank has fewer cores than those two threads (``core_bound``), it goes
+    straight to sleeping between polls, so the caller keeps the core.
+    """
+    if on_progress_thread():
+        host = getattr(transport, "host", transport)  # the device transport's MPI transport
+        return (0.0, 0.0) if getattr(host, "core_bound", True) else (_THREAD_SPIN_S, _YIELD_S)
+    return (0.0 if getattr(transport, "oversubscribed", False) else _SPIN_S), _YIELD_S
 
 
 class Context:
@@ -47,18 +70,67 @@ class Context:
         self.check = None  # starts the header agreement; see check_start and checked
         self._checking = None
         self.posted = []  # every send and receive this collective posted: see abandon
+        self._landing = []  # traced receives not yet waited for: (handle, buffer, trace fields)
 
-    def isend(self, buf, peer: int, tag: int):
-        """Post a send through the transport and remember it for ``abandon``."""
+    def isend(self, buf, peer: int, tag: int, step: dict | None = None, data=None):
+        """Post a send through the transport and remember it for ``abandon``.
+
+        Args:
+          step: the trace event of the step this message belongs to (from
+            ``trace_step``; None when not tracing): the message adds a chunk,
+            its elements and its bytes to it.
+          data: the part of ``buf`` that is the collective's data, when not all
+            of it (the agreement's messages start with the header).
+        """
         h = self.transport.isend(buf, peer, tag)
         self.posted.append(h)
+        if step is not None:
+            d = buf if data is None else data
+            step["chunks"] += 1
+            step["count"] += d.size
+            step["nbytes"] += d.nbytes
         return h
 
-    def irecv(self, buf, peer: int, tag: int):
-        """Post a receive through the transport and remember it for ``abandon``."""
+    def irecv(self, buf, peer: int, tag: int, where: dict | None = None, data=None):
+        """Post a receive through the transport and remember it for ``abandon``.
+
+        Args:
+          where: trace fields of this message (phase, step, peer, seg, chunk,
+            offset, count); when tracing, ``wait`` records a ``recv`` event
+            with them, and the bytes that landed, once it has completed.
+          data: the part of ``buf`` that is the collective's data, as in isend.
+        """
         h = self.transport.irecv(buf, peer, tag)
         self.posted.append(h)
+        if where is not None and self.tracer is not None:
+            self._landing.append((h, buf if data is None else data, where))
         return h
+
+    def trace_step(self, phase: str, step: int, *, peer: int, seg: int, offset: int) -> dict | None:
+        """Record the ``send`` event of one step (None when not tracing); pass it
+        to ``isend`` with each of the step's chunks. A step whose segment is
+        empty keeps an event of 0 chunks and 0 bytes."""
+        if self.tracer is None:
+            return None
+        return self.tracer.event("send", rank=self.rank, label=self.label, phase=phase, step=step, peer=peer,
+                                 seg=seg, offset=offset, count=0, chunks=0, nbytes=0)
+
+    def reduce(self, op: str, a, b, out, where: dict | None = None) -> None:
+        """out <- op(a, b) with the collective's kernels; traced as a ``reduce`` event with ``where``."""
+        self.kernels.reduce(op, a, b, out)
+        if where is not None and self.tracer is not None:
+            self.tracer.event("reduce", rank=self.rank, label=self.label, nbytes=out.nbytes, data=out, **where)
+
+    def _landed(self, handles) -> None:
+        """Trace the receives among ``handles`` (all complete) that carry trace fields."""
+        done = {id(h) for h in handles}
+        left = []
+        for h, buf, where in self._landing:
+            if id(h) in done:
+                self.tracer.event("recv", rank=self.rank, label=self.label, nbytes=buf.nbytes, data=buf, **where)
+            else:
+                left.append((h, buf, where))
+        self._landing = left
 
     def abandon(self) -> None:
         """After any error: cancel what this collective still has posted, where
@@ -100,6 +172,8 @@ class Context:
         """Block until every handle completes, or raise at the deadline."""
         t = self.transport
         if t.testall(handles):
+            if self._landing:
+                self._landed(handles)
             return
         tracer = self.tracer
         if tracer is None:  # a message a few microseconds out: poll without the bookkeeping
@@ -107,35 +181,42 @@ class Context:
                 if t.testall(handles):
                     return
         t0 = time.perf_counter() if tracer is not None else 0.0
-        start = time.monotonic()
-        spin = 0.0 if getattr(t, "oversubscribed", False) else _SPIN_S
-        sleep = 20e-6
+        now = start = time.monotonic()
+        spin, yld = wait_policy(t)
+        spin_until, yield_until = start + spin, start + spin + yld
+        sleep = _MIN_SLEEP_S
         polls = 0
+        next_look = start
         while not t.testall(handles):
             polls += 1
-            if polls & 255 and polls > 256:
-                continue  # look at the clock every 256 polls only
+            if polls & 255 and now < spin_until:
+                continue  # spinning: look at the clock every 256 polls only
             now = time.monotonic()
             if now > self.deadline:
-                t.cancel(handles)
-                incoming = "receive" in what
-                hint = (f"; did rank {peer} call this collective?"
-                        if incoming and str(step).startswith("agreement") else "")
-                raise CollectiveTimeout(
-                    f"rank {self.rank}: {self.label} timed out after {self.timeout:g} s: "
-                    f"{what} {'from' if incoming else 'to'} rank {peer} never completed "
-                    f"(step {step}, chunk {chunk}){hint}")
-            waited = now - start
-            if waited > spin:  # more ranks than cores, or a slow peer: give the core away
-                if waited < spin + _YIELD_S:
-                    os.sched_yield()
-                else:
-                    time.sleep(sleep)
-                    sleep = min(sleep * 2, _MAX_SLEEP_S)
+                self._fail(handles, peer, step, chunk, what, timed_out=True)
+            if now < spin_until:
+                continue
+            if now >= next_look:  # has a peer given up on this communicator? (see census.py)
+                next_look = now + _LOOK_S
+                if census.heard(t):
+                    self._fail(handles, peer, step, chunk, what, timed_out=False)
+            if now < yield_until:  # more ranks than cores, or a slow peer: give the core away
+                os.sched_yield()
+            else:
+                time.sleep(sleep)
+                sleep = min(sleep * 2, _MAX_SLEEP_S)
         if tracer is not None:
             tracer.event(action="wait", rank=self.rank, label=self.label, what=what, peer=peer,
                          step=step, chunk=chunk, t0=t0, t1=time.perf_counter())
+            if self._landing:
+                self._landed(handles)
 
-    def record(self, action: str, **fields) -> None:
-        if self.tracer is not None:
-            self.tracer.event(action=action, rank=self.rank, label=self.label, **fields)
+    def _fail(self, handles, peer, step, chunk, what, timed_out: bool):
+        """Cancel ``handles``, learn from the other ranks which collective each
+        is in (census.py), and raise a CollectiveTimeout naming those that
+        never arrived, then what this rank was waiting for."""
+        self.transport.cancel(handles)
+        incoming = "receive" in what
+        detail = f"{what} {'from' if incoming else 'to'} rank {peer} never completed (step {step}, chunk {chunk})"
+        ask = incoming and str(step).startswith("agreement")  # "did rank {peer} call this collective?"
+        raise census.failure(self, detail, peer, timed_out, ask)

@@ -19,8 +19,8 @@ all-reduce aligns segments to 64 bytes, which for a 16-element buffer would
 put everything in segment 0; explain calls the ring functions directly so
 that small examples show the textbook split.
 
-Byte formulas checked at the end (B = whole buffer, s_i = segment i in bytes,
-every index mod N):
+Byte formulas checked at the end (stated once, in collectives/volumes.py;
+B = whole buffer, s_i = segment i in bytes, every index mod N):
   reduce-scatter: rank r sends B - s_r, receives B - s_(r-1)
   all-gather:     rank r sends B - s_(r+1), receives B - s_r
   all-reduce:     the sum of both (2(N-1)/N B for an even split)
@@ -43,6 +43,7 @@ from .kernels import kernels_for
 from .schedule import offsets, split_counts
 from .simulate import simulate
 from .trace import Tracer
+from .volumes import even_bytes_sent, ring_volumes
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 DTYPES = ("float32", "float64", "int32", "int64")
@@ -211,28 +212,7 @@ def _steps(run: Run) -> list[Step]:
 # ------------------------------------------------------------------ formulas
 def expected_bytes(run: Run) -> dict[int, tuple[int, int, str, str]]:
     """{rank: (sent, received, how sent is computed, how received is computed)} from the formulas."""
-    n, it, counts = run.world, run.itemsize, run.counts
-    b = sum(counts) * it
-    seg = [c * it for c in counts]
-    out = {}
-    for r in range(n):
-        if n == 1:
-            out[r] = (0, 0, "N = 1: nothing", "N = 1: nothing")
-            continue
-        rs = (b - seg[r], b - seg[(r - 1) % n], f"B - s{r}", f"B - s{(r - 1) % n}")
-        ag = (b - seg[(r + 1) % n], b - seg[r], f"B - s{(r + 1) % n}", f"B - s{r}")
-        if run.op == "reduce_scatter":
-            out[r] = rs
-        elif run.op == "all_gather":
-            out[r] = ag
-        elif run.op == "all_reduce":
-            out[r] = (rs[0] + ag[0], rs[1] + ag[1], f"2B - s{r} - s{(r + 1) % n}",
-                      f"2B - s{(r - 1) % n} - s{r}")
-        else:
-            last = (run.root - 1) % n
-            out[r] = (0 if r == last else b, 0 if r == run.root else b,
-                      "0 (end of chain)" if r == last else "B", "0 (root)" if r == run.root else "B")
-    return out
+    return {r: tuple(v) for r, v in enumerate(ring_volumes(run.op, run.counts, run.itemsize, run.root))}
 
 
 def expected_steps(run: Run) -> int:
@@ -389,7 +369,7 @@ def render(run: Run, show_buffers: bool | None = None) -> str:
                      f"received {g['recv']:>6} B (formula {fr} = {rc})")
     if n > 1 and len(set(counts)) == 1 and run.op != "broadcast":
         factor = "2(N-1)/N" if run.op == "all_reduce" else "(N-1)/N"
-        per = (2 if run.op == "all_reduce" else 1) * (n - 1) * run.nbytes // n
+        per = round(even_bytes_sent(run.op, run.nbytes, n))
         lines.append(f"  even split: every rank sends {factor} x B = {per} B")
     lines.append("")
     for c in checks(run):

@@ -62,7 +62,7 @@ def _seg(offs: list[int], s: int) -> slice:
 def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final=None) -> None:
     """Ring reduce-scatter steps 0 .. N-2; ``dest(step, seg)`` is where a partial lands.
     ``on_final(view)`` sees each chunk of this rank's own segment as soon as it is final."""
-    n, r, k = ctx.size, ctx.rank, ctx.kernels
+    n, r = ctx.size, ctx.rank
     tracing = ctx.tracer is not None
     right, left = (r + 1) % n, (r - 1) % n
     offs = offsets(counts)
@@ -71,44 +71,35 @@ def _reduce_phase(ctx, x: np.ndarray, counts: list[int], op: str, dest, on_final
 
     send_seg, _ = reduce_scatter_step(r, n, 0)
     src = x[_seg(offs, send_seg)]
-    sends = [ctx.isend(src[c.slice()], right, TAG_DATA)
-             for c in chunks(Range(0, counts[send_seg]), ctx.chunk)]
-    if tracing:
-        ctx.record("send", phase="reduce-scatter", step=0, peer=right, seg=send_seg, offset=offs[send_seg],
-                   count=src.size, chunks=len(sends), nbytes=src.nbytes)
+    step = ctx.trace_step("reduce-scatter", 0, peer=right, seg=send_seg, offset=offs[send_seg])
+    sends = [ctx.isend(src[c.slice()], right, TAG_DATA, step) for c in chunks(Range(0, counts[send_seg]), ctx.chunk)]
     for t in range(n - 1):
         send_seg, recv_seg = reduce_scatter_step(r, n, t)
         rchunks = chunks(Range(0, counts[recv_seg]), ctx.chunk)
         slot = [slots[(i % w) * ctx.chunk:(i % w) * ctx.chunk + c.size] for i, c in enumerate(rchunks)]
+        where = [dict(phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
+                      offset=offs[recv_seg] + c.start, count=c.size) if tracing else None
+                 for i, c in enumerate(rchunks)]
         if t == 0:  # receive nothing before every rank is known to run this same collective
             ctx.checked()
-        rreqs = [ctx.irecv(slot[i], left, TAG_DATA) for i in range(min(w, len(rchunks)))]
+        rreqs = [ctx.irecv(slot[i], left, TAG_DATA, where[i]) for i in range(min(w, len(rchunks)))]
         mine = x[_seg(offs, recv_seg)]
         dst = dest(t, recv_seg)
         forward = t + 1 < n - 1  # what we reduce now is sent at the next step
+        step = ctx.trace_step("reduce-scatter", t + 1, peer=right, seg=recv_seg, offset=offs[recv_seg]) \
+            if forward else None
         next_sends = []
         for i, c in enumerate(rchunks):
             ctx.wait([rreqs[i]], peer=left, step=t, chunk=i, what="receive")
-            if tracing:
-                ctx.record("recv", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
-                           offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize)
             s = c.slice()
-            k.reduce(op, mine[s], slot[i], dst[s])
+            ctx.reduce(op, mine[s], slot[i], dst[s], where[i])
             if i + w < len(rchunks):  # the slot is free again: post the receive w chunks ahead
-                rreqs.append(ctx.irecv(slot[i + w], left, TAG_DATA))
-            if tracing:
-                ctx.record("reduce", phase="reduce-scatter", step=t, peer=left, seg=recv_seg, chunk=i,
-                           offset=offs[recv_seg] + c.start, count=c.size, nbytes=c.size * x.itemsize,
-                           data=dst[s])
+                rreqs.append(ctx.irecv(slot[i + w], left, TAG_DATA, where[i + w]))
             if forward:
-                next_sends.append(ctx.isend(dst[s], right, TAG_DATA))
+                next_sends.append(ctx.isend(dst[s], right, TAG_DATA, step))
             elif on_final is not None:
                 on_final(dst[s])
         ctx.wait(sends, peer=right, step=t, chunk="all", what="send")
-        if forward:
-            if tracing:
-                ctx.record("send", phase="reduce-scatter", step=t + 1, peer=right, seg=recv_seg,
-                           offset=offs[recv_seg], count=mine.size, chunks=len(next_sends), nbytes=mine.nbytes)
         sends = next_sends
 
 
@@ -124,36 +115,32 @@ def _gather_phase(ctx, buf: np.ndarray, counts: list[int], own=None, sent=None, 
     mine = buf[_seg(offs, r)]
     src = mine if own is None else own
     if sent is None:
-        sends = [ctx.isend(src[c.slice()], right, tag) for c in chunks(Range(0, counts[r]), chunk)]
+        step = ctx.trace_step("all-gather", 0, peer=right, seg=r, offset=offs[r])
+        sends = [ctx.isend(src[c.slice()], right, tag, step) for c in chunks(Range(0, counts[r]), chunk)]
     else:
         sends = list(sent)
     ctx.check_start()  # (all_gather) headers go out with the data, and travel while we copy
     if own is not None:
         ctx.kernels.copy(mine, own)
     ctx.checked()
-    steps = []  # per step: (segment, its chunks, their receive handles), all posted now
+    steps = []  # per step: (its segment's view, chunks, receive handles, next step's send event), all posted now
     for t in range(n - 1):
         _, recv_seg = all_gather_step(r, n, t)
         view = buf[_seg(offs, recv_seg)]
         rchunks = chunks(Range(0, counts[recv_seg]), chunk)
-        steps.append((recv_seg, view, rchunks, [ctx.irecv(view[c.slice()], left, tag) for c in rchunks]))
-    if tracing:
-        ctx.record("send", phase="all-gather", step=0, peer=right, seg=r, offset=offs[r],
-                   count=src.size, chunks=len(sends), nbytes=src.nbytes)
-    for t, (seg, view, rchunks, rreqs) in enumerate(steps):
+        rreqs = [ctx.irecv(view[c.slice()], left, tag,
+                           dict(phase="all-gather", step=t, peer=left, seg=recv_seg, chunk=i,
+                                offset=offs[recv_seg] + c.start, count=c.size) if tracing else None)
+                 for i, c in enumerate(rchunks)]
         forward = t + 1 < n - 1
+        nxt = ctx.trace_step("all-gather", t + 1, peer=right, seg=recv_seg, offset=offs[recv_seg]) \
+            if forward else None
+        steps.append((view, rchunks, rreqs, forward, nxt))
+    for t, (view, rchunks, rreqs, forward, nxt) in enumerate(steps):
         for i, c in enumerate(rchunks):
             ctx.wait([rreqs[i]], peer=left, step=t, chunk=i, what="receive")
-            if tracing:
-                ctx.record("recv", phase="all-gather", step=t, peer=left, seg=seg, chunk=i,
-                           offset=offs[seg] + c.start, count=c.size, nbytes=c.size * buf.itemsize,
-                           data=view[c.slice()])
             if forward:
-                sends.append(ctx.isend(view[c.slice()], right, tag))
-        if forward:
-            if tracing:
-                ctx.record("send", phase="all-gather", step=t + 1, peer=right, seg=seg, offset=offs[seg],
-                           count=view.size, chunks=len(rchunks), nbytes=view.nbytes)
+                sends.append(ctx.isend(view[c.slice()], right, tag, nxt))
     ctx.wait(sends, peer=right, step=n - 2, chunk="all", what="send")
 
 
@@ -209,19 +196,16 @@ def _exchange(ctx, x, own, out, offs) -> None:
     peer = 1 - r
     theirs = out[_seg(offs, peer)]
     step = max(1, MAX_MESSAGE_BYTES // x.itemsize)
-    sends = [ctx.isend(x[c.slice()], peer, TAG_DATA) for c in chunks(Range(0, x.size), step)]
+    sent = ctx.trace_step("all-gather", 0, peer=peer, seg=r, offset=offs[r])
+    sends = [ctx.isend(x[c.slice()], peer, TAG_DATA, sent) for c in chunks(Range(0, x.size), step)]
     ctx.checked()  # then receive: see "The header check" above
     rchunks = chunks(Range(0, theirs.size), step)
-    recvs = [ctx.irecv(theirs[c.slice()], peer, TAG_DATA) for c in rchunks]
-    if tracing:
-        ctx.record("send", phase="all-gather", step=0, peer=peer, seg=r, offset=offs[r],
-                   count=x.size, chunks=len(sends), nbytes=x.nbytes)
-    for i, c in enumerate(rchunks):
+    recvs = [ctx.irecv(theirs[c.slice()], peer, TAG_DATA,
+                       dict(phase="all-gather", step=0, peer=peer, seg=peer, chunk=i,
+                            offset=offs[peer] + c.start, count=c.size) if tracing else None)
+             for i, c in enumerate(rchunks)]
+    for i in range(len(rchunks)):
         ctx.wait(recvs[i:i + 1], peer=peer, step=0, chunk=i, what="receive")
-        if tracing:
-            ctx.record("recv", phase="all-gather", step=0, peer=peer, seg=peer, chunk=i,
-                       offset=offs[peer] + c.start, count=c.size, nbytes=c.size * x.itemsize,
-                       data=theirs[c.slice()])
     if own is not None:
         ctx.kernels.copy(own, x)
     ctx.wait(sends, peer=peer, step=0, chunk="all", what="send")
@@ -241,9 +225,10 @@ def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) 
     offs = offsets(counts)
     right = (ctx.rank + 1) % n
     early = []  # our own segment's chunks go out the moment they are final
+    gather0 = ctx.trace_step("all-gather", 0, peer=right, seg=ctx.rank, offset=offs[ctx.rank])
 
     def send_final(view):
-        early.append(ctx.isend(view, right, TAG_GATHER))
+        early.append(ctx.isend(view, right, TAG_GATHER, gather0))
 
     _reduce_phase(ctx, x, counts, op, lambda t, seg: out[_seg(offs, seg)], on_final=send_final)
     _gather_phase(ctx, out, counts, sent=early, tag=TAG_GATHER)
@@ -259,23 +244,20 @@ def broadcast(ctx, buf: np.ndarray, root: int) -> None:
     hop = (r - root) % n  # 0 at the root, n-1 at the end of the chain
     cs = chunks(Range(0, buf.size), ctx.chunk)
     if hop == 0:
-        sends = [ctx.isend(buf[c.slice()], right, TAG_DATA) for c in cs]
-        if tracing:
-            ctx.record("send", phase="broadcast", step=0, peer=right, seg=root, offset=0,
-                       count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
+        step = ctx.trace_step("broadcast", 0, peer=right, seg=root, offset=0)
+        sends = [ctx.isend(buf[c.slice()], right, TAG_DATA, step) for c in cs]
         ctx.wait(sends, peer=right, step=0, chunk="all", what="send")
         return
-    rreqs = [ctx.irecv(buf[c.slice()], left, TAG_DATA) for c in cs]
+    rreqs = [ctx.irecv(buf[c.slice()], left, TAG_DATA,
+                       dict(phase="broadcast", step=hop - 1, peer=left, seg=root, chunk=i, offset=c.start,
+                            count=c.size) if tracing else None)
+             for i, c in enumerate(cs)]
+    forward = hop < n - 1
+    step = ctx.trace_step("broadcast", hop, peer=right, seg=root, offset=0) if forward else None
     sends = []
     for i, c in enumerate(cs):
         ctx.wait([rreqs[i]], peer=left, step=hop - 1, chunk=i, what="receive")
-        if tracing:
-            ctx.record("recv", phase="broadcast", step=hop - 1, peer=left, seg=root, chunk=i, offset=c.start,
-                       count=c.size, nbytes=c.size * buf.itemsize, data=buf[c.slice()])
-        if hop < n - 1:
-            sends.append(ctx.isend(buf[c.slice()], right, TAG_DATA))
-    if hop < n - 1:
-        if tracing:
-            ctx.record("send", phase="broadcast", step=hop, peer=right, seg=root, offset=0,
-                       count=buf.size, chunks=len(sends), nbytes=buf.nbytes)
+        if forward:
+            sends.append(ctx.isend(buf[c.slice()], right, TAG_DATA, step))
+    if forward:
         ctx.wait(sends, peer=right, step=hop, chunk="all", what="send")

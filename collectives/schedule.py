@@ -12,6 +12,9 @@ segment r reduced over every rank.
 All-gather, step t: rank r sends segment (r - t) and receives (r - t - 1):
 the segment it received at step t is the one it forwards at step t + 1.
 
+These two functions are the schedule ring.py runs, and what
+tests/test_schedule.py checks for every world size up to 16.
+
 Within a step, each segment is cut into *chunks* of at most ``chunk`` elements.
 The executor posts every chunk's receive at once and reduces chunk k while
 chunk k + 1 is still arriving, so the reduce reads data that is still in
@@ -67,11 +70,6 @@ def offsets(counts: list[int]) -> list[int]:
     return out
 
 
-def segment(counts: list[int], s: int) -> Range:
-    start = sum(counts[:s])
-    return Range(start, start + counts[s])
-
-
 def reduce_scatter_step(rank: int, world: int, step: int) -> tuple[int, int]:
     """(segment sent to rank+1, segment received from rank-1) at ``step``."""
     return (rank - step - 1) % world, (rank - step - 2) % world
@@ -80,22 +78,6 @@ def reduce_scatter_step(rank: int, world: int, step: int) -> tuple[int, int]:
 def all_gather_step(rank: int, world: int, step: int) -> tuple[int, int]:
     """(segment sent to rank+1, segment received from rank-1) at ``step``."""
     return (rank - step) % world, (rank - step - 1) % world
-
-
-def schedule(kind: str, rank: int, world: int, step: int, counts: list[int]) -> tuple[Range, Range]:
-    """(send range, receive range) in elements for one ring step.
-
-    Args:
-      kind: "reduce_scatter" or "all_gather".
-      rank, world: this rank and the ring size.
-      step: 0 .. world - 2.
-      counts: elements per segment, one per rank.
-    """
-    if not 0 <= step < world - 1:
-        raise ValueError(f"step {step} out of range for a ring of {world}")
-    fn = reduce_scatter_step if kind == "reduce_scatter" else all_gather_step
-    send, recv = fn(rank, world, step)
-    return segment(counts, send), segment(counts, recv)
 
 
 def chunks(rng: Range, chunk: int) -> list[Range]:
@@ -125,16 +107,3 @@ def halving_peers(rank: int, world: int) -> tuple[int, list[int]]:
         partners.append(rank ^ d)
         d *= 2
     return p, partners
-
-
-def dissemination_peers(rank: int, world: int) -> list[tuple[int, int]]:
-    """(send to, receive from) for each round of a dissemination exchange.
-
-    After ceil(log2 world) rounds every rank has (transitively) heard from
-    every other, which is all an idempotent min/max agreement needs.
-    """
-    rounds, d = [], 1
-    while d < world:
-        rounds.append(((rank + d) % world, (rank - d) % world))
-        d *= 2
-    return rounds

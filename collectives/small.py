@@ -5,8 +5,10 @@ dominates. So a small all-reduce is the header agreement with the data
 attached: recursive doubling over r^1, r^2, r^4, ..., one message per round
 carrying header and payload together. For N not a power of two, ranks past
 the largest power of two p fold into r - p first and get the result back at
-the end. op(a, b) and op(b, a) round identically, so every rank ends with the
-same bits.
+the end. Both sides of an exchange compute op(lower rank's operand, higher
+rank's operand): op(a, b) and op(b, a) round identically, but max(+0, -0) and
+NaN payloads keep the bits of the first operand, and every rank must end with
+the same bits.
 
 Small reduce-scatters and all-gathers take the same road, spending bytes to
 save steps (worth it below ``small_bytes / 4``): a reduce-scatter all-reduces the

@@ -7,15 +7,18 @@
     tracer.write_chrome("trace.json")          # trace.rank0.json, ... for Perfetto
 
 What arrives here. The Communicator calls ``begin(label, rank=)`` and
-``end(label, rank=)`` around each collective. The algorithms call
-``event(action, rank=, label=, **fields)`` (through ``Context.record``):
+``end(label, rank=)`` around each collective. Context's ``isend``, ``irecv``,
+``wait`` and ``reduce``, which every message and reduce goes through, call
+``event(action, rank=, label=, **fields)``:
 
-- ``send``: one per step, when that step's chunks have been posted: ``phase``,
-  ``step``, ``peer``, ``seg``, ``offset``/``count`` (elements of the full
-  buffer), ``chunks``, ``nbytes``.
-- ``recv`` and ``reduce``: one per chunk, right after it arrived or was
-  reduced, with ``chunk`` and the chunk's own ``offset``/``count``/``nbytes``,
-  and (ignored unless ``keep_data``) ``data``, a view of the bytes that landed.
+- ``send``: one per step, recorded when the step starts (``Context.trace_step``):
+  ``phase``, ``step``, ``peer``, ``seg``, ``offset`` (of the segment, in
+  elements of the full buffer); each chunk posted adds to its ``chunks``,
+  ``count`` and ``nbytes``.
+- ``recv`` and ``reduce``: one per chunk, once its receive has completed in
+  ``Context.wait`` or it was reduced, with ``chunk`` and the chunk's own
+  ``offset``/``count``/``nbytes``, and (ignored unless ``keep_data``)
+  ``data``, a view of the bytes that landed.
 - ``wait``: only when the executor actually blocked, with its own ``t0``/``t1``.
 
 Byte totals count the data the algorithms move (the header agreement's few
@@ -83,7 +86,8 @@ class Tracer:
             self.collectives.append({"label": label, "rank": rank, "t0": t0, "t1": now})
             self._last[threading.get_ident()] = now
 
-    def event(self, action: str, rank: int | None = None, label: str | None = None, **fields) -> None:
+    def event(self, action: str, rank: int | None = None, label: str | None = None, **fields) -> dict:
+        """Record one event; return it (Context.isend adds each chunk of a step's send to it)."""
         now = time.perf_counter()
         data = fields.pop("data", None)
         if rank is None or label is None:
@@ -99,6 +103,7 @@ class Tracer:
                 ev["t0"], ev["t"] = min(self._last.get(tid, now), now), now
                 self._last[tid] = now
             self.events.append(ev)
+        return ev
 
     # --------------------------------------------------------------- questions
     def data_events(self, label: str | None = None) -> list[dict]:

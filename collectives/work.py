@@ -13,6 +13,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+_local = threading.local()
+
+
+def on_progress_thread() -> bool:
+    """True on an Engine's progress thread: its waits must leave the core to
+    the caller's thread, which computes meanwhile (see Context.wait)."""
+    return getattr(_local, "progress", False)
+
 
 class Work:
     """Handle of an async collective. ``wait()`` returns its result, once."""
@@ -129,9 +137,11 @@ class Engine:
             self._cv.wait_for(lambda: self._inflight == 0)
 
     def _loop(self) -> None:
+        _local.progress = True
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: (self._queue and not self._inline) or self._closed)
+                # never beside an inline call, closed or not: one collective at a time
+                self._cv.wait_for(lambda: not self._inline and (self._queue or self._closed))
                 if self._closed and not self._queue:
                     return
                 fn, work = self._queue.popleft()

@@ -3,8 +3,9 @@
     mpirun -n 4 python examples/train.py --stage 3
     mpirun -n 2 python examples/train.py --stage 2 --hidden 64 --layers 2 --steps 5 --dtype bfloat16
 
-Each rank trains on its slice of every global batch; the loss printed is
-the global mean. Prints the memory report (beside the ZeRO estimate) and,
+Each rank trains on ``--batch`` samples per step (the global batch is
+``--batch`` times the number of ranks, so the defaults work at any rank
+count); the loss printed is the global mean. Prints the memory report (beside the ZeRO estimate) and,
 at stages 2-3, how long step() still waited for gradient reduce-scatters
 that ran during the backward.
 """
@@ -30,7 +31,7 @@ def main(argv=None) -> None:
     ap.add_argument("--inputs", type=int, default=32)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--batch", type=int, default=256, help="global batch (split over ranks)")
+    ap.add_argument("--batch", type=int, default=64, help="samples per rank per step (global batch: this x ranks)")
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--clip", type=float, default=1.0, help="max global gradient norm (0: off)")
@@ -46,16 +47,17 @@ def main(argv=None) -> None:
     dtype = {"float32": None, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[a.dtype]
     opt = ZeroOptimizer(units, comm, a.stage, opt_desc, param_dtype=dtype, max_grad_norm=a.clip or None)
     del units  # from here on the optimizer owns the weights
-    if a.batch % comm.size:
-        raise SystemExit(f"--batch {a.batch} must be divisible by the {comm.size} ranks")
-    x, y = make_data(a.batch * a.steps, a.inputs, a.classes)
-    n = a.batch // comm.size
+    if a.batch < 1:
+        raise SystemExit(f"--batch must be >= 1 sample per rank, got {a.batch}")
+    n, global_batch = a.batch, a.batch * comm.size
+    x, y = make_data(global_batch * a.steps, a.inputs, a.classes)
     nparams = sum(u.layout.num_params for u in opt.units.values())
     if comm.rank == 0:
-        print(f"ZeRO stage {a.stage} on {comm.size} ranks, {nparams:,} parameters, {a.optimizer}, {a.dtype}")
+        print(f"ZeRO stage {a.stage} on {comm.size} ranks, {nparams:,} parameters, {a.optimizer}, {a.dtype}, "
+              f"batch {n} per rank ({global_batch} global)")
     t_backward = t_step = 0.0
     for step in range(a.steps):
-        b = step * a.batch + comm.rank * n
+        b = step * global_batch + comm.rank * n
         t0 = time.perf_counter()
         loss = forward_backward(opt.gather, opt.reduce_grads, names, x[b:b + n], y[b:b + n],
                                 loss_scale=opt.loss_scale)

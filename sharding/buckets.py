@@ -36,14 +36,17 @@ class Pending:
         return self._work is not None and self._work.is_completed()
 
     def wait(self):
-        """Block until the collective is done; return its result. Only once."""
+        """Block until the collective is done; return its result. Only once, even if it raises."""
         if self._work is None:
             raise RuntimeError(f"wait() on {self.kind} of unit {self.unit!r} that was never launched")
         t0 = time.perf_counter()
-        result = self._work.wait()
-        self.wait_s = time.perf_counter() - t0
-        self._work, self._done = None, True
-        return result
+        try:
+            return self._work.wait()
+        finally:
+            # done either way: a wait that raised (timeout, mismatch) leaves the
+            # collective failed, not in flight, so release() passes its error on
+            self.wait_s = time.perf_counter() - t0
+            self._work, self._done = None, True
 
     @property
     def buffers(self) -> tuple:

@@ -13,6 +13,7 @@ and variance), so
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .estimate import CATEGORIES, estimate_memory
 
@@ -25,10 +26,37 @@ def _root(a):
     return a
 
 
+def _trace_bytes(tracer, rank: int) -> int:
+    """What a tracer holds for this rank: its event records (and copied payloads)."""
+    if tracer is None:
+        return 0
+    total = 0
+    for ev in list(tracer.events) + list(tracer.collectives):
+        if ev.get("rank") == rank:
+            total += sys.getsizeof(ev) + sum(sys.getsizeof(v) for v in ev.values())
+            data = ev.get("data")
+            total += int(getattr(data, "nbytes", 0))
+    return total
+
+
+def comm_parts(comm) -> dict:
+    """Bytes the communicator holds, by part, through its public accessors.
+
+    ``scratch_bytes()`` covers the ring's receive and partial-sum buffers and
+    the agreement buffers (views of them). A communicator that also offers
+    ``memory_bytes() -> {part: bytes}`` (device staging, buffers of abandoned
+    requests, ...) is asked for that instead."""
+    parts = dict(comm.memory_bytes()) if hasattr(comm, "memory_bytes") else {"scratch": comm.scratch_bytes()}
+    parts["trace"] = _trace_bytes(getattr(comm, "tracer", None), comm.rank)
+    return parts
+
+
 def measure(opt) -> dict:
-    """Bytes of the live arrays a ZeroOptimizer holds on this rank, by category.
+    """Bytes of the live arrays a ZeroOptimizer holds on this rank, by category,
+    plus ``comm_parts``: what the "comm" category is made of.
     An array counted once (e.g. float32 stage-0 weights that are also the master)."""
     seen, out = set(), {c: 0 for c in CATEGORIES}
+    parts = {"buckets": 0}
 
     def add(cat, a):
         if a is None:
@@ -38,6 +66,8 @@ def measure(opt) -> dict:
             return
         seen.add(id(r))
         out[cat] += int(r.nbytes)
+        if cat == "comm":
+            parts["buckets"] += int(r.nbytes)
 
     for u in opt.units.values():
         add("weights", u.full)
@@ -49,13 +79,19 @@ def measure(opt) -> dict:
         for p in u.pending:
             for b in p.buffers:
                 add("comm", b)
-    for p in opt._gathering.values():
+    g = opt.gatherer
+    for p in (g.in_use.values() if g is not None else ()):  # stage 3: units a `with gather` uses now (the peak)
+        for b in p.buffers:
+            add("weights", b)
+    for p in (g.prefetched.values() if g is not None else ()):  # stage 3: prefetches
         for b in p.buffers:
             add("comm", b)
-    for b in opt._comm_live:
+    for b in opt.reducer.live:
         add("comm", b)
-    out["comm"] += opt.comm.scratch_bytes()  # the ring's receive and partial-sum buffers
+    parts.update(comm_parts(opt.comm))
+    out["comm"] += sum(v for k, v in parts.items() if k != "buckets")
     out["total"] = sum(out[c] for c in CATEGORIES)
+    out["comm_parts"] = parts
     return out
 
 
@@ -78,6 +114,9 @@ def main(argv=None) -> None:
     ap.add_argument("--world", type=int, required=True, help="number of ranks N")
     ap.add_argument("--k", type=int, default=12, help="optimizer bytes per parameter (12: mixed-precision Adam)")
     a = ap.parse_args(argv)
+    if not a.params > 0 or a.world < 1 or a.k < 0:
+        sys.exit(f"sharding.memory: need --params > 0, --world >= 1 and --k >= 0 "
+                 f"(got --params {a.params:g} --world {a.world} --k {a.k})")
     figs = [estimate_memory(a.params, a.world, s, master_bytes=4, state_bytes=a.k - 4)["total"] / 1e9
             for s in range(4)]
     print(f"params {a.params:.3g}  world {a.world}  K {a.k}")

@@ -1,12 +1,16 @@
 """ZeroOptimizer: ZeRO stages 0-3 over one flat buffer per unit.
 
-What each rank keeps, per unit of Ψ_u elements on N ranks (S = Ψ_u / N):
+What each rank keeps, per unit of Ψ_u elements on N ranks (S = Ψ_u / N);
+the code asks the stage's policy (policy.py), never the stage number:
 
     stage  weights (compute dtype)   gradients (reduce dtype)   master f32 + optimizer state
     0      full                      full, all-reduced          full
     1      full                      full, reduce-scattered     shard
     2      full                      shard (async RS per unit)  shard
     3      shard (gathered per use)  shard (async RS per unit)  shard
+
+Stage 3's per-use all-gathers are in gather.py, the gradient reductions in
+grads.py, the check that every rank built the same model in fingerprint.py.
 
 The trainer's loop, the same at every stage::
 
@@ -24,8 +28,6 @@ up, as torch's ``.grad`` does.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
 from collections import OrderedDict
 
@@ -33,8 +35,11 @@ import numpy as np
 
 from collectives.kernels import kernels_for
 
-from .buckets import Pending
+from .fingerprint import check_same_model
+from .gather import UnitGatherer
+from .grads import GradReducer
 from .optim import SGD, AdamW
+from .policy import policy_for
 from .scaler import LossScaler
 from .shard import layout_unit
 
@@ -73,47 +78,6 @@ def _as_units(units) -> "OrderedDict[str, dict]":
     return out
 
 
-def _check_same_model(comm, units, stage, param_dtype, reduce_dtype) -> None:
-    """Raise ValueError on every rank unless every rank passed the same units,
-    parameter names and shapes, stage and dtypes. Collectives check sizes, not
-    shapes: a (6, 20) weight on one rank and (20, 6) on another would shard and
-    train, each rank reading the other's numbers in another order."""
-    model = {"units": [[u, [[n, list(np.shape(a))] for n, a in params.items()]] for u, params in units.items()],
-             "stage": stage, "param_dtype": str(param_dtype), "reduce_dtype": str(reduce_dtype)}
-    text = json.dumps(model)
-    fp = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "little")
-    hi, neg_lo = comm.all_reduce(np.array([fp, -fp], np.int64), op="max")  # one small collective
-    if hi == fp and -neg_lo == fp:
-        return
-    # someone differs: every rank knows, so every rank gathers the descriptions and says where
-    data = text.encode()
-    words = np.frombuffer(data.ljust(-(-len(data) // 8) * 8), np.int64)  # collectives move int64, not bytes
-    sizes = [int(k) for k in comm.all_gather(np.array([words.size], np.int64))]
-    blob = comm.all_gather(words, counts=sizes)
-    offs = np.concatenate([[0], np.cumsum(sizes)])
-    models = [json.loads(blob[offs[q]:offs[q + 1]].tobytes().rstrip(b" ")) for q in range(comm.size)]
-    raise ValueError(f"rank {comm.rank}: ZeroOptimizer: ranks passed different models: "
-                     + _first_difference(models))
-
-
-def _first_difference(models) -> str:
-    """Name the first place where the ranks' model descriptions differ."""
-    def per_rank(values):
-        return "; ".join(f"rank {q}: {v}" for q, v in enumerate(values))
-    for key in ("stage", "param_dtype", "reduce_dtype"):
-        values = [m[key] for m in models]
-        if len(set(values)) > 1:
-            return f"{key} differs ({per_rank(values)})"
-    names = [[u for u, _ in m["units"]] for m in models]
-    if any(n != names[0] for n in names):
-        return f"unit names differ ({per_rank(names)})"
-    for i, unit in enumerate(names[0]):
-        params = [", ".join(f"{n} {tuple(shape)}" for n, shape in m["units"][i][1]) for m in models]
-        if len(set(params)) > 1:
-            return f"unit {unit!r} differs ({per_rank(params)})"
-    return "the descriptions differ"  # only a hash collision would leave nothing to name
-
-
 class ZeroOptimizer:
     """ZeRO-sharded optimizer over units of named arrays.
 
@@ -134,14 +98,13 @@ class ZeroOptimizer:
 
     def __init__(self, units, comm, stage: int, optimizer, param_dtype=None, max_grad_norm: float | None = None,
                  *, reduce_dtype=None, loss_scale="auto", prefetch: bool = True):
-        if stage not in (0, 1, 2, 3):
-            raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+        policy = policy_for(stage)
         if not isinstance(optimizer, (AdamW, SGD)):
             raise TypeError(f"optimizer must be sharding.AdamW or sharding.SGD, got {type(optimizer).__name__}")
         if max_grad_norm is not None and not max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         units = _as_units(units)
-        self.comm, self.stage, self.optimizer = comm, stage, optimizer
+        self.comm, self.stage, self.policy, self.optimizer = comm, stage, policy, optimizer
         self.max_grad_norm = max_grad_norm
         self.world, self.rank = comm.size, comm.rank
         self.param_dtype = np.dtype(param_dtype) if param_dtype is not None else F32
@@ -153,20 +116,19 @@ class ZeroOptimizer:
             loss_scale = "dynamic" if self.param_dtype == np.float16 else None
         self.scaler = LossScaler() if loss_scale == "dynamic" else loss_scale
         self.prefetch = prefetch
-        _check_same_model(comm, units, stage, self.param_dtype, self.reduce_dtype)
+        check_same_model(comm, units, stage, self.param_dtype, self.reduce_dtype)
         first = next(iter(next(iter(units.values())).values()))
         self.k = kernels_for(first)
         self.xp = self.k.xp
         self.step_count = 0
-        self.stats = {"grad_wait_s": 0.0, "reduce_launched": 0, "reduce_done_before_step": 0}
+        self.reducer = GradReducer(comm, policy, self.k, self.reduce_dtype)
+        self.stats = self.reducer.stats  # grad_wait_s, reduce_launched, reduce_done_before_step
         self.units: "OrderedDict[str, _Unit]" = OrderedDict()
         for name, params in units.items():
             self.units[name] = self._build(name, params)
         self._order = list(self.units)
-        self._gathering: dict = {}  # stage 3: unit -> Pending all-gather (prefetched or in use)
-        self._in_use: set = set()
-        self._last_gathered = -1
-        self._comm_live: list = []  # stage 1: reduce-scatter outputs during step()
+        self.gatherer = (UnitGatherer(comm, self.units, self.param_dtype, self.xp, prefetch)
+                         if self.policy.gather_per_use else None)  # stage 3's per-use all-gathers
 
     # ------------------------------------------------------------ construction
     def _build(self, name, params) -> _Unit:
@@ -177,24 +139,21 @@ class ZeroOptimizer:
         for s in lay.slots:
             init[s.offset:s.end] = xp.asarray(params[s.name], dtype=F32).reshape(-1)
         self.comm.broadcast(init, root=0, out=init)  # as DDP does: rank 0's weights everywhere
-        sl = u.shard.slice()
-        if self.stage == 0:
+        pol, sl = self.policy, u.shard.slice()
+        if not pol.shard_state:
             u.master = init
             u.full = init if self.param_dtype == F32 else init.astype(self.param_dtype)
             u.pshard = u.full
         else:
             u.master = init[sl].copy()
-            if self.stage in (1, 2):
+            if not pol.shard_weights:
                 u.full = init.astype(self.param_dtype)  # a fresh array even for float32
                 u.pshard = u.full[sl]
             else:
                 u.pshard = init[sl].astype(self.param_dtype)
         for sname in self.optimizer.state_names():
             u.state[sname] = xp.zeros_like(u.master)
-        if self.stage <= 1:
-            u.grad = xp.zeros(lay.padded, self.reduce_dtype)
-        else:
-            u.grad = xp.zeros(u.shard.size, self.reduce_dtype)
+        u.grad = self.reducer.buffer(u)
         return u
 
     def _unit(self, unit) -> _Unit:
@@ -223,41 +182,15 @@ class ZeroOptimizer:
           direction: "auto", "forward", "backward" or "none" (no prefetch).
         """
         u = self._unit(unit)
-        if self.stage < 3:
+        if not self.policy.gather_per_use:
             yield u.views(u.full)
             return
-        if unit in self._in_use:
-            raise RuntimeError(f"gather({unit!r}) entered again while its weights are already gathered")
-        i = self._order.index(unit)
-        if direction == "auto":
-            direction = "forward" if i > self._last_gathered else "backward"
-        self._last_gathered = i
-        pend = self._gathering.pop(unit, None) or self._launch_gather(unit)
-        self._in_use.add(unit)
-        try:
-            full = pend.wait()
-            if self.prefetch and direction in ("forward", "backward"):
-                j = i + 1 if direction == "forward" else i - 1
-                if direction == "forward" and j == len(self._order):
-                    j = i  # the backward starts with the last unit again
-                if 0 <= j < len(self._order) and self._order[j] not in self._gathering:
-                    self._gathering[self._order[j]] = self._launch_gather(self._order[j])
+        with self.gatherer.use(unit, direction) as full:
             yield u.views(full)
-        finally:
-            self._in_use.discard(unit)
-            pend.release()
-
-    def _launch_gather(self, unit) -> Pending:
-        u = self.units[unit]
-        out = self.xp.empty(u.layout.padded, self.param_dtype)
-        return Pending("all-gather", unit).launch(self.comm.all_gather(u.pshard, out=out, async_op=True), out)
 
     def _drop_prefetches(self) -> None:
-        for pend in self._gathering.values():
-            pend.wait()
-            pend.release()
-        self._gathering.clear()
-        self._last_gathered = -1
+        if self.gatherer is not None:
+            self.gatherer.drop_prefetches()
 
     def full_params(self) -> dict:
         """All current weights as host float32 numpy arrays, ``{unit: {name: array}}``.
@@ -265,7 +198,7 @@ class ZeroOptimizer:
         self._drop_prefetches()
         out = {}
         for name, u in self.units.items():
-            if self.stage == 3:
+            if self.policy.shard_weights:
                 full = self.comm.all_gather(u.pshard, out=self.xp.empty(u.layout.padded, self.param_dtype))
             else:
                 full = u.full
@@ -281,64 +214,7 @@ class ZeroOptimizer:
         Stages 2-3 reduce-scatter them now, asynchronously; the rest of the
         trainer's backward runs meanwhile and only the owned shard is kept.
         """
-        u = self._unit(unit)
-        names = {s.name for s in u.layout.slots}
-        if set(grads) != names:
-            raise KeyError(f"reduce_grads({unit!r}): got gradients for {sorted(grads)}, the unit has {sorted(names)}")
-        if self.stage <= 1:
-            flat = u.grad
-            for s in u.layout.slots:
-                g = self._check_grad(unit, s, grads[s.name])
-                flat[s.offset:s.end] += g.reshape(-1).astype(self.reduce_dtype, copy=False)
-            return
-        flat = self.xp.zeros(u.layout.padded, self.reduce_dtype)
-        for s in u.layout.slots:
-            flat[s.offset:s.end] = self._check_grad(unit, s, grads[s.name]).reshape(-1)
-        if u.pending:  # accumulation: fold the previous micro-batch first, keep one in flight
-            self._fold(u)
-        out = u.grad if not u.grad_filled else self.xp.empty(u.shard.size, self.reduce_dtype)
-        work = self.comm.reduce_scatter(flat, op="avg", out=out, async_op=True)
-        u.pending.append(Pending("reduce-scatter", unit).launch(work, flat, out))
-        self.stats["reduce_launched"] += 1
-
-    @staticmethod
-    def _check_grad(unit, slot, g):
-        if tuple(g.shape) != slot.shape:
-            raise ValueError(f"reduce_grads({unit!r}): {slot.name} has shape {tuple(g.shape)}, expected {slot.shape}")
-        return g
-
-    def _fold(self, u: _Unit) -> None:
-        for pend in u.pending:
-            self.stats["reduce_done_before_step"] += pend.is_completed()
-            out = pend.wait()
-            self.stats["grad_wait_s"] += pend.wait_s
-            if out is not u.grad:
-                self.k.reduce_("sum", u.grad, out)
-            pend.release()
-            u.grad_filled = True
-        u.pending.clear()
-
-    def _finish_grads(self) -> list:
-        """Wait for or run every rank-reduction; return each unit's owned float32 gradient."""
-        if self.stage == 0:
-            works = [self.comm.all_reduce(u.grad, op="avg", out=u.grad, async_op=True) for u in self.units.values()]
-            for w in works:
-                w.wait()
-            return [self._f32(u.grad) for u in self.units.values()]
-        if self.stage == 1:
-            outs = [self.xp.empty(u.shard.size, self.reduce_dtype) for u in self.units.values()]
-            works = [self.comm.reduce_scatter(u.grad, op="avg", out=o, async_op=True)
-                     for u, o in zip(self.units.values(), outs)]
-            self._comm_live = outs
-            for w in works:
-                w.wait()
-            return [self._f32(o) for o in outs]
-        for u in self.units.values():
-            self._fold(u)
-        return [self._f32(u.grad) for u in self.units.values()]
-
-    def _f32(self, g):
-        return g if g.dtype == F32 else g.astype(F32)
+        self.reducer.add(unit, self._unit(unit), grads)
 
     # ------------------------------------------------------------------ step
     def step(self) -> float:
@@ -347,9 +223,9 @@ class ZeroOptimizer:
         (of the unscaled gradients); with float16 loss scaling an overflow on
         any rank skips the step on every rank and returns inf."""
         self._drop_prefetches()
-        grads = self._finish_grads()
+        grads = self.reducer.finish(self.units.values())
         sumsq = sum(float(self.xp.dot(g.astype(np.float64), g.astype(np.float64))) for g in grads)
-        if self.stage > 0 and self.world > 1:
+        if self.policy.shard_state and self.world > 1:  # each rank summed its own shard
             sumsq = float(self.comm.all_reduce(np.array([sumsq], np.float64), op="sum")[0])
         inv = 1.0 / self.loss_scale
         norm = math.sqrt(sumsq) * inv if math.isfinite(sumsq) else math.inf
@@ -368,7 +244,7 @@ class ZeroOptimizer:
             self.optimizer.update(self.k, u.master, g, u.state, self.step_count, grad_scale=scale, out_lowp=lowp)
             if lowp is None and u.pshard is not u.master:
                 self.k.copy(u.pshard, u.master)
-        if self.stage in (1, 2):
+        if self.policy.gather_after_step:
             works = [self.comm.all_gather(u.pshard, out=u.full, async_op=True) for u in self.units.values()]
             for w in works:
                 w.wait()
@@ -378,12 +254,7 @@ class ZeroOptimizer:
         return norm
 
     def _zero_grads(self) -> None:
-        self._comm_live = []
-        for u in self.units.values():
-            if u.pending:
-                self._fold(u)
-            u.grad[...] = 0
-            u.grad_filled = False
+        self.reducer.zero(self.units.values())
 
     # ------------------------------------------------------------ reporting
     def memory_report(self) -> dict:
@@ -397,6 +268,8 @@ class ZeroOptimizer:
         return save(self, directory, **kw)
 
     def load_checkpoint(self, directory) -> None:
-        """Load a checkpoint written on any number of ranks and any stage (collective)."""
+        """Load a checkpoint written on any number of ranks and any stage (collective).
+        The checkpoint's optimizer settings and max_grad_norm replace this optimizer's
+        (its state is allocated to match); change them after loading if needed."""
         from .checkpoint import load
         load(self, directory)

@@ -5,32 +5,79 @@ import statistics
 from conftest import ROOT, run_mpi
 
 
+def _table(stdout: str) -> list[list[str]]:
+    return [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")
+            and not line.lstrip().startswith("op")]
+
+
 def test_bench_records_follow_nccl_tests_conventions(tmp_path):
+    """ring, mpi, Gloo and our ring through torch on 2 ranks: every result right, busbw by the
+    factors, a paired ratio against each baseline (mpi and gloo) on every other algorithm, and
+    torch's paired per-call overhead over ring, in the JSON and the table."""
     out = tmp_path / "bench.json"
+    ops = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
     p = run_mpi(2, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "256K", "-f", "16", "-w", "1", "-n", "3",
-                "-r", "3", "--op", "all_reduce,reduce_scatter,all_gather", "--json", str(out), timeout=180)
+                "-r", "3", "--op", ",".join(ops), "--algorithm", "ring,mpi,gloo,torch", "--json", str(out), timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = json.loads(out.read_text())
-    assert {(r["op"], r["algorithm"]) for r in recs} == {
-        (op, alg) for op in ("all_reduce", "reduce_scatter", "all_gather") for alg in ("ring", "mpi")}
+    algs = ("ring", "mpi", "gloo", "torch")
+    assert {(r["op"], r["algorithm"]) for r in recs} == {(op, alg) for op in ops for alg in algs}
     assert sorted({r["bytes"] for r in recs}) == [1024, 16384, 262144]
     for r in recs:
         assert set(r) >= {"op", "algorithm", "dtype", "bytes", "ranks", "time_us", "algbw", "busbw", "wrong"}
-        assert r["wrong"] == 0 and r["ranks"] == 2
+        assert r["wrong"] == 0 and r["ranks"] == 2, r
         assert abs(r["algbw"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) < 1e-9 * max(1, r["algbw"])
-        factor = 1.0 if r["op"] == "all_reduce" else 0.5  # 2(n-1)/n and (n-1)/n at n = 2
+        factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(r["op"], 0.5)  # 2(n-1)/n, 1 and (n-1)/n at n = 2
         assert abs(r["busbw"] - r["algbw"] * factor) < 1e-12 + 1e-9 * r["busbw"]
-        if r["algorithm"] == "ring":  # the ratio column is the median of the round-by-round ratios
-            paired = statistics.median(m / t for m, t in zip(r["mpi_rounds_us"], r["rounds_us"]))
-            assert abs(r["ratio_vs_mpi"] - paired) < 1e-9
-            assert len(r["rounds_us"]) == 3
-            assert abs(r["time_us"] - statistics.median(r["rounds_us"])) < 1e-6
-    # the printed table says the same: one row per record, #wrong 0, the ratio on ring rows
-    rows = [line.split() for line in p.stdout.splitlines() if line.strip() and not line.startswith("#")
-            and not line.lstrip().startswith("op")]
+        assert len(r["rounds_us"]) == 3
+        assert abs(r["time_us"] - statistics.median(r["rounds_us"])) < 1e-6
+        for base in ("mpi", "gloo"):  # the ratio columns are the medians of the round-by-round ratios
+            if r["algorithm"] == base:
+                assert f"ratio_vs_{base}" not in r
+                continue
+            paired = statistics.median(b / t for b, t in zip(r[f"{base}_rounds_us"], r["rounds_us"]))
+            assert abs(r[f"ratio_vs_{base}"] - paired) < 1e-9
+            twin = next(q for q in recs if (q["op"], q["bytes"], q["algorithm"]) == (r["op"], r["bytes"], base))
+            assert r[f"{base}_rounds_us"] == twin["rounds_us"]
+        if r["algorithm"] == "torch":  # the process group's cost over the bare Communicator, paired
+            ring = next(q for q in recs if (q["op"], q["bytes"], q["algorithm"]) == (r["op"], r["bytes"], "ring"))
+            diff = statistics.median(t - g for t, g in zip(r["rounds_us"], ring["rounds_us"]))
+            assert abs(r["overhead_vs_ring_us"] - diff) < 1e-6
+        else:
+            assert "overhead_vs_ring_us" not in r
+    # the printed table says the same: one row per record, #wrong 0, a ratio against each other baseline
+    rows = _table(p.stdout)
     assert len(rows) == len(recs)
     assert all(row[9] == "0" for row in rows)
-    assert all(row[10].endswith("x") for row in rows if row[5] == "ring")
+    for row in rows:
+        vs_mpi, vs_gloo, over = row[10], row[11], row[12]
+        assert (vs_mpi == "-") == (row[5] == "mpi") and (vs_gloo == "-") == (row[5] == "gloo"), row
+        assert all(c == "-" or c.endswith("x") for c in (vs_mpi, vs_gloo))
+        assert (over == "-") == (row[5] != "torch"), row
+        assert over == "-" or abs(float(over)) < 1e9
+
+
+def test_bench_gloo_bfloat16_and_its_limits(tmp_path):
+    """Gloo takes bfloat16 through the int16 view (same buffers, results checked), runs on one
+    rank, and refuses what it cannot do (avg; GPU arrays) before any rank starts."""
+    out = tmp_path / "bench.json"
+    p = run_mpi(3, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "1K", "-w", "1", "-n", "2", "-r", "2",
+                "--dtype", "bfloat16", "--op", "all_reduce,reduce_scatter,all_gather,broadcast",
+                "--algorithm", "gloo,ring", "--json", str(out), timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = json.loads(out.read_text())
+    assert len(recs) == 8 and all(r["wrong"] == 0 and r["dtype"] == "bfloat16" for r in recs)
+    assert all(r["ratio_vs_gloo"] > 0 for r in recs if r["algorithm"] == "ring")
+    # one rank: busbw is 0 for all-reduce (factor 0), the ratios still come from the times
+    p = run_mpi(1, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "1K", "-w", "1", "-n", "2", "-r", "2",
+                "--op", "all_reduce,broadcast", "--algorithm", "ring,gloo", "--json", str(out), timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    one = json.loads(out.read_text())
+    assert len(one) == 4 and all(r["wrong"] == 0 for r in one)
+    assert all(r["ratio_vs_gloo"] > 0 for r in one if r["algorithm"] == "ring")
+    for bad, why in ((["--redop", "avg"], "no avg"), (["--device", "cuda"], "host arrays only")):
+        p = run_mpi(1, ROOT / "bench" / "collectives.py", "--algorithm", "ring,gloo", *bad, timeout=60)
+        assert p.returncode != 0 and why in p.stderr, p.stderr
 
 
 def test_bench_bare_ring_is_checked_like_the_others(tmp_path):

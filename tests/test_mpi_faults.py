@@ -108,3 +108,33 @@ def test_random_mismatches_fail_everywhere_and_write_nothing_past_outputs(n, see
     res = _per_rank(proc, n)
     for d in res.values():
         assert d["cases"] == 60 and d["failures"] == [], d["failures"][:5]
+
+
+def test_small_path_bits_and_cancel_outcome():
+    """tests/mpi/runtime_checks.py: small-path max/min leave the same bits on every
+    rank (signed zeros, NaN payloads), and MpiTransport.cancel completes each
+    request and says which receive had already matched. Three ranks: a pair
+    exchange (ranks 0 and 1) and a fold (rank 2 into rank 0) in one launch."""
+    n = 3
+    proc = run_mpi(n, "runtime_checks.py", timeout=120)
+    for d in _per_rank(proc, n).values():
+        assert d["failures"] == [], d["failures"]
+
+
+@pytest.mark.parametrize("n,absent", [(3, 2)])
+def test_every_rank_names_the_rank_that_never_arrived(n, absent):
+    """With one rank absent, the others wait on different peers (in 3 ranks, rank 1
+    waits on rank 0, which waits on rank 2). After the timeout the live ranks
+    swap notices of which collective each is in (collectives/census.py), so
+    every one of them names the absent rank, and only it."""
+    proc = run_mpi(n, "faults.py", "absent_rank", "1.5", str(absent), timeout=120)
+    res = _per_rank(proc, n)
+    for r in range(n):
+        if r == absent:
+            continue
+        msg = res[r]["message"]
+        assert res[r]["error"] == "CollectiveTimeout", res[r]
+        assert f"rank {r}:" in msg and "timed out after 1.5 s" in msg, msg
+        assert f"rank {absent} never arrived in all_reduce #1" in msg, msg
+        others = [q for q in range(n) if q != absent]
+        assert f"ranks {', '.join(map(str, others))} are in all_reduce #1" in msg, msg

@@ -42,23 +42,24 @@ def _torch_adamw_replay(p, grads, lr, b1, b2, eps, wd):
 
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("wd", [0.0, 0.01])
-def test_adamw_matches_torch(n, wd):
+@pytest.mark.parametrize("b1", [0.9, 0.5, 0.3])  # torch's lerp switches formula at weight 1 - b1 >= 0.5
+def test_adamw_matches_torch(n, wd, b1):
     rng = np.random.default_rng(n)
     p0 = rng.standard_normal(n).astype(np.float32)
     grads = _grads(rng, n, 6)
-    hp = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=wd)
+    hp = dict(lr=1e-2, beta1=b1, beta2=0.999, eps=1e-8, weight_decay=wd)
 
     p, m, v = p0.copy(), np.zeros(n, np.float32), np.zeros(n, np.float32)
     for step, g in enumerate(grads, 1):
         K.adamw_step(p, g, m, v, step=step, **hp)
 
-    rp, rm, rv = _torch_adamw_replay(p0.copy(), grads, 1e-2, 0.9, 0.999, 1e-8, wd)
+    rp, rm, rv = _torch_adamw_replay(p0.copy(), grads, 1e-2, b1, 0.999, 1e-8, wd)
     np.testing.assert_array_equal(m, rm)
     np.testing.assert_array_equal(v, rv)
     np.testing.assert_array_equal(p, rp)
 
     tp = torch.tensor(p0.copy(), requires_grad=True)
-    opt = torch.optim.AdamW([tp], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd, foreach=False)
+    opt = torch.optim.AdamW([tp], lr=1e-2, betas=(b1, 0.999), eps=1e-8, weight_decay=wd, foreach=False)
     for g in grads:
         tp.grad = torch.tensor(g)
         opt.step()

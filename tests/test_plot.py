@@ -16,13 +16,13 @@ from membw import measure_membw  # noqa: E402
 from plot import human_bytes, plot_busbw  # noqa: E402
 
 
-def _records():
+def _records(algs=("ring", "mpi"), ops=("all_reduce", "all_gather")):
     out = []
-    for alg in ("ring", "mpi"):
-        for op in ("all_reduce", "all_gather"):
+    for alg in algs:
+        for op in ops:
             for k in range(10, 24, 2):
                 b = 1 << k
-                t = 5.0 + b / 2e3 * (1.5 if alg == "ring" else 1.0)
+                t = 5.0 + b / 2e3 * {"ring": 1.5, "mpi": 1.0, "gloo": 4.0, "torch": 1.8}.get(alg, 2.5)
                 algbw = b / (t * 1e-6) / 1e9
                 out.append(dict(op=op, algorithm=alg, dtype="float32", bytes=b, ranks=2, time_us=t,
                                 algbw=algbw, busbw=algbw * (1.0 if op == "all_reduce" else 0.5),
@@ -30,19 +30,57 @@ def _records():
     return out
 
 
+def _ink(img, color) -> np.ndarray:
+    """Pixels within a small distance of an RGB colour."""
+    from matplotlib.colors import to_rgb
+    return (np.abs(img[..., :3] - np.array(to_rgb(color))) < 0.06).all(axis=-1)
+
+
 def test_plot_busbw_png(tmp_path):
     path = tmp_path / "busbw.png"
-    labels = plot_busbw(_records(), str(path), membw_gbps=12.5)
+    drawn = plot_busbw(_records(), str(path), membw_gbps=12.5)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(labels) == sorted(["mpi all_gather", "mpi all_reduce", "ring all_gather",
-                                     "ring all_reduce", "ring all_gather: wrong results"])
+    assert drawn == {"all_reduce": {"mpi": "tab:orange", "ring": "tab:blue"},
+                     "all_gather": {"mpi": "tab:orange", "ring": "tab:blue",
+                                    "ring: wrong results": "red"}}
     import matplotlib.image as mpimg
     img = mpimg.imread(path)
     assert img.shape[0] > 300 and img.shape[1] > 500
     rgb = img[..., :3]
     assert (rgb < 0.9).any(axis=-1).mean() > 0.02  # there is ink, not a blank page
-    red = (rgb[..., 0] > 0.8) & (rgb[..., 1] < 0.2) & (rgb[..., 2] < 0.2)
-    assert red.any()  # the wrong case is marked
+    assert _ink(img, "red").any()  # the wrong case is marked
+
+
+def test_plot_one_panel_per_op_one_colour_per_algorithm(tmp_path):
+    """Four ops, four algorithms: four panels; each algorithm keeps its colour in every panel,
+    no two share one, and every panel carries the memory roofline (black, dashed)."""
+    path = tmp_path / "p.png"
+    ops = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+    drawn = plot_busbw(_records(("ring", "mpi", "gloo", "torch"), ops), str(path), membw_gbps=3.0)
+    assert list(drawn) == list(ops)
+    colours = {}
+    for op, lines in drawn.items():
+        for label, colour in lines.items():
+            if not label.endswith("wrong results"):
+                assert colours.setdefault(label, colour) == colour, (op, label)
+        assert {k for k in lines if not k.endswith("wrong results")} == {"ring", "mpi", "gloo", "torch"}
+    assert len(set(colours.values())) == 4
+    import matplotlib.image as mpimg
+    img = mpimg.imread(path)
+    h, w = img.shape[:2]
+    for qy in (0, 1):  # a 2 x 2 grid: every quadrant has every algorithm's colour and a black roofline
+        for qx in (0, 1):
+            quad = img[qy * h // 2:(qy + 1) * h // 2, qx * w // 2:(qx + 1) * w // 2]
+            for colour in colours.values():
+                assert _ink(quad, colour).sum() > 20, (qy, qx, colour)
+            black_rows = (_ink(quad, "black").sum(axis=1) > quad.shape[1] * 0.3)
+            assert black_rows.any(), (qy, qx)  # the horizontal roofline across the panel
+
+
+def test_plot_an_unknown_algorithm_gets_a_spare_colour(tmp_path):
+    drawn = plot_busbw(_records(("ring", "mine")), str(tmp_path / "u.png"))
+    assert drawn["all_reduce"]["ring"] == "tab:blue"
+    assert drawn["all_reduce"]["mine"] not in ("tab:blue", "red")
 
 
 def test_plot_without_membw_and_empty(tmp_path):

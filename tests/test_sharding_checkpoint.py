@@ -3,6 +3,7 @@ model mismatch, consolidation, and a save killed half-way."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,14 +17,17 @@ from sharding import AdamW, SGD, ZeroOptimizer
 from sharding.checkpoint import consolidate, resolve
 from collectives import simulate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, not an installed copy
+sys.path.insert(0, str(ROOT / "examples"))
 from model import forward_backward, init_units, make_data  # noqa: E402
 
 SIZES = [6, 20, 13, 5]
 NAMES = [f"layer{i}" for i in range(3)]
 BATCH = 24
 X, Y = make_data(BATCH, 6, 5)
-OPTS = {"adamw": lambda: AdamW(lr=1e-2), "sgd": lambda: SGD(lr=0.1, momentum=0.9)}
+OPTS = {"adamw": lambda: AdamW(lr=1e-2), "sgd": lambda: SGD(lr=0.1, momentum=0.9),
+        "sgd0": lambda: SGD(lr=0.3)}
 
 
 def run(world, stage, steps, *, opt_name="adamw", load=None, save=None, **kw):
@@ -38,7 +42,7 @@ def run(world, stage, steps, *, opt_name="adamw", load=None, save=None, **kw):
             opt.step()
         if save is not None:
             opt.save_checkpoint(save)
-        return opt.full_params(), opt.step_count
+        return opt.full_params(), opt.step_count, (opt.optimizer, opt.max_grad_norm)
     return simulate(world, fn)
 
 
@@ -53,7 +57,7 @@ def test_saved_at_4_ranks_stage_3_continues_anywhere(tmp_path, opt_name):
     whole = run(1, 0, 5, opt_name=opt_name)[0][0]
     run(4, 3, 3, opt_name=opt_name, save=tmp_path)
     for world, stage in [(2, 1), (1, 0), (3, 2), (4, 3)]:
-        for params, step in run(world, stage, 2, opt_name=opt_name, load=tmp_path):
+        for params, step, _ in run(world, stage, 2, opt_name=opt_name, load=tmp_path):
             assert step == 5
             close(params, whole)
 
@@ -67,7 +71,7 @@ def test_consolidate_writes_full_float32_weights(tmp_path):
             np.testing.assert_array_equal(full[f"{u}/{k}"], params[u][k])
     out = tmp_path / "w.npz"
     subprocess.run([sys.executable, "-m", "sharding.consolidate", str(tmp_path), str(out)], check=True,
-                   capture_output=True)
+                   capture_output=True, cwd=ROOT, env=ENV)
     with np.load(out) as z:
         np.testing.assert_array_equal(z["layer1/W"], params["layer1"]["W"])
 
@@ -102,7 +106,7 @@ def test_metadata_and_refusals(tmp_path):
 def test_save_killed_midway_leaves_previous_checkpoint_loadable(tmp_path):
     script = Path(__file__).resolve().parent / "mpi" / "zero_ckpt_kill.py"
     p = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=ROOT, env=ENV)
     lines, deadline = [], time.time() + 60
     try:
         while time.time() < deadline:
@@ -120,3 +124,20 @@ def test_save_killed_midway_leaves_previous_checkpoint_loadable(tmp_path):
     with np.load(tmp_path / "saved.npz") as saved:
         for key in saved.files:
             np.testing.assert_array_equal(full[key], saved[key])
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_the_checkpoints_optimizer_settings_win(tmp_path, stage):
+    """Saved with SGD momentum 0.9 and clipping at 0.5; loaded into SGD without
+    momentum or clipping: the run continues as the saved one would have (state
+    allocated to match, max_grad_norm restored), and the reverse drops the buffer."""
+    whole = run(2, stage, 4, opt_name="sgd", max_grad_norm=0.5)[0][0]
+    run(2, stage, 2, opt_name="sgd", max_grad_norm=0.5, save=tmp_path / "a")
+    for params, step, (optimizer, clip) in run(2, stage, 2, opt_name="sgd0", load=tmp_path / "a"):
+        assert step == 4 and optimizer == OPTS["sgd"]() and clip == 0.5
+        close(params, whole)
+    whole0 = run(1, stage, 3, opt_name="sgd0")[0][0]
+    run(1, stage, 1, opt_name="sgd0", save=tmp_path / "b")
+    for params, step, (optimizer, clip) in run(1, stage, 2, opt_name="sgd", max_grad_norm=0.5, load=tmp_path / "b"):
+        assert step == 3 and optimizer == OPTS["sgd0"]() and clip is None
+        close(params, whole0)

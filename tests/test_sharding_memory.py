@@ -58,3 +58,29 @@ def test_measured_matches_zero_estimate_10m_params_4_ranks(stage):
     r = reports[0]
     print(f"\nstage {stage}: measured {r['total'] - r['comm']:,} B + comm {r['comm']:,} B; "
           f"estimate {est['total']:,.0f} B")
+
+
+def test_stage3_report_counts_the_gathered_unit_in_use_and_the_trace():
+    """Inside ``with gather`` the gathered unit (the stage-3 peak) is in
+    "weights"; the tracer's records show up in the comm parts."""
+    from collectives.trace import Tracer
+
+    def fn(comm):
+        units = {f"u{i}": {"W": np.ones((30, 41), np.float32)} for i in range(3)}
+        opt = ZeroOptimizer(units, comm, 3, AdamW(), prefetch=False)
+        before = opt.memory_report()
+        with opt.gather("u1"):
+            inside = opt.memory_report()
+        after = opt.memory_report()
+        return before, inside, after, opt.units["u1"].layout.padded * 4
+    for before, inside, after, gathered in simulate(2, fn, tracer=Tracer()):
+        assert inside["weights"] - before["weights"] == gathered
+        assert after["weights"] == before["weights"]
+        assert inside["comm_parts"]["trace"] > 0 and inside["comm_parts"]["scratch"] > 0
+        assert inside["comm"] == sum(inside["comm_parts"].values())
+
+
+@pytest.mark.parametrize("args", [["--params", "1e9", "--world", "0"], ["--params", "-5", "--world", "2"]])
+def test_memory_tool_refuses_bad_figures_in_one_line(args):
+    p = subprocess.run([sys.executable, "-m", "sharding.memory", *args], capture_output=True, text=True)
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "--world" in p.stderr, p.stderr

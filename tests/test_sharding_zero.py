@@ -220,10 +220,10 @@ def test_stage3_prefetches_forward_then_backward_and_frees():
         for name in ["u0", "u1", "u2", "u2", "u1", "u0"]:  # forward, then backward
             with opt.gather(name) as p:
                 np.testing.assert_array_equal(p["w"], np.full(10, float(name[1]), np.float32))
-                seen.append(sorted(opt._gathering))
-            assert name not in opt._in_use
+                seen.append(sorted(opt.gatherer.prefetched))
+            assert name not in opt.gatherer.in_use
         opt.step()
-        assert not opt._gathering and opt.memory_report()["comm"] == sum(
+        assert not opt.gatherer.prefetched and opt.memory_report()["comm"] == sum(
             b.nbytes for b in comm._scratch.values())
         return seen
     for seen in simulate(2, fn):

@@ -44,9 +44,15 @@ class NumpyKernels:
 
     def scale(self, x: np.ndarray, divisor: int) -> None:
         """x /= divisor in place (the second half of avg). Integers truncate toward zero."""
-        if x.dtype.kind in "iu":
-            q = np.abs(x) // divisor
-            np.copyto(x, np.where(x < 0, -q, q).astype(x.dtype))
+        if x.dtype.kind == "u":
+            np.floor_divide(x, x.dtype.type(divisor), out=x)
+        elif x.dtype.kind == "i":
+            # floor division, then one up where it rounded a negative down: no |x|,
+            # which overflows at the type's minimum (a sum of exactly INT_MIN)
+            d = x.dtype.type(divisor)
+            up = (x < 0) & (np.remainder(x, d) != 0)
+            np.floor_divide(x, d, out=x)
+            x += up
         elif dtype_name(x.dtype) in HALF:
             x[...] = (x.astype(np.float32) / np.float32(divisor)).astype(x.dtype)
         else:

@@ -18,7 +18,9 @@ Arithmetic per element (g = grad * grad_scale when grad_scale != 1):
 AdamW (decoupled weight decay, amsgrad=False, maximize=False)::
 
     p = p * (1 - lr*wd)                        if wd != 0
-    m = m + (1-b1) * (g - m)                   (torch lerp_, fused)
+    w = 1-b1                                   (torch lerp_, fused; two branches:)
+    m = m + w * (g - m)                        if w < 0.5
+    m = g + (w - 1) * (g - m)                  if w >= 0.5 (i.e. beta1 <= 0.5)
     v = v * b2;  v = ((1-b2) * g) * g + v      (torch mul_ then addcmul_, fused)
     bc1 = 1 - b1**step;  bc2 = 1 - b2**step    (Python floats, step 1-based)
     denom = sqrt(v) / sqrt(bc2) + eps
@@ -50,6 +52,16 @@ def _fma(a, b, c, out: np.ndarray) -> np.ndarray:
     r += np.asarray(c, dtype=np.float64)
     out[...] = r
     return out
+
+
+def _lerp_(start: np.ndarray, end: np.ndarray, w: np.float32) -> None:
+    """start = torch.lerp(start, end, w) in place, as torch's vectorised CPU kernel:
+    fma(w, end - start, start) for |w| < 0.5, else fma(w - 1, end - start, end)."""
+    diff = end - start
+    if abs(w) < 0.5:
+        _fma(w, diff, start, out=start)
+    else:
+        _fma(w - F32(1), diff, end, out=start)
 
 
 def _check(name: str, a: np.ndarray, n: int | None = None) -> None:
@@ -92,8 +104,7 @@ def adamw_step(param: np.ndarray, grad: np.ndarray, exp_avg: np.ndarray, exp_avg
     g = _scaled_grad(grad, grad_scale)
     if weight_decay != 0:
         param *= F32(1 - lr * weight_decay)
-    w = F32(1 - beta1)
-    _fma(w, g - exp_avg, exp_avg, out=exp_avg)
+    _lerp_(exp_avg, g, F32(1 - beta1))
     exp_avg_sq *= F32(beta2)
     _fma(F32(1 - beta2) * g, g, exp_avg_sq, out=exp_avg_sq)
     bc1 = 1 - beta1 ** step

@@ -5,9 +5,11 @@ CPU tests check against independent formulas (torch, ml_dtypes). The half
 type roundings are done here on bit patterns, not through ml_dtypes, so the
 check against ml_dtypes and torch means something.
 
-The optimizer scalars (bias corrections, step size) are computed once, in
-:func:`adamw_scalars` and :func:`sgd_scalars`, for both this reference and
-the CUDA launch, so the two see the same float32 constants.
+The optimizer references are not a second implementation: :func:`adamw`
+and :func:`sgd` run numpy_optim.py's steps (the ones that match
+torch.optim bit for bit, fused multiply-adds included) on copies, so the
+CUDA kernels are held to torch's arithmetic. The float32 constants the CUDA
+launch passes are computed in :func:`adamw_scalars` and :func:`sgd_scalars`.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import math
 import numpy as np
 
 from ..dtypes import HALF, bfloat16, dtype_name
+from . import numpy_optim
 
 F32 = np.float32
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -118,19 +121,13 @@ def adamw_scalars(*, lr, beta1, beta2, eps, weight_decay, step, grad_scale=1.0) 
 
 def adamw(param, grad, exp_avg, exp_avg_sq, *, lr, beta1, beta2, eps, weight_decay, step,
           grad_scale=1.0, lowp_dtype=None):
-    """One AdamW step on float32 arrays; returns new (param, exp_avg, exp_avg_sq, lowp or None)."""
-    c = adamw_scalars(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
-                      step=step, grad_scale=grad_scale)
-    g = grad * c["grad_scale"]
-    p = param * c["decay"]
-    m = exp_avg
-    if c["w1"] < 0.5:
-        m = m + c["w1"] * (g - m)
-    else:
-        m = g - (g - m) * c["one_minus_w1"]
-    v = exp_avg_sq * c["beta2"] + (c["c2"] * g) * g
-    denom = np.sqrt(v) / c["bc2_sqrt"] + c["eps"]
-    p = p + (c["neg_step"] * m) / denom
+    """One AdamW step on float32 arrays; returns new (param, exp_avg, exp_avg_sq, lowp or None).
+
+    The arithmetic is numpy_optim.adamw_step's (torch.optim.AdamW's CPU path,
+    fused multiply-adds included), run on copies: one AdamW, not two."""
+    p, m, v = (np.array(a, dtype=F32).reshape(-1) for a in (param, exp_avg, exp_avg_sq))
+    numpy_optim.adamw_step(p, np.ascontiguousarray(grad, dtype=F32).reshape(-1), m, v, lr=lr, beta1=beta1,
+                           beta2=beta2, eps=eps, weight_decay=weight_decay, step=step, grad_scale=grad_scale)
     low = None if lowp_dtype is None else round_to(p, lowp_dtype)
     return p, m, v, low
 
@@ -146,16 +143,17 @@ def sgd_scalars(*, lr, momentum, dampening, weight_decay, nesterov, first_step, 
 
 def sgd(param, grad, momentum_buf, *, lr, momentum, dampening, weight_decay, nesterov, first_step,
         grad_scale=1.0, lowp_dtype=None):
-    """One SGD step on float32 arrays; returns new (param, momentum_buf or None, lowp or None)."""
-    c = sgd_scalars(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                    nesterov=nesterov, first_step=first_step, grad_scale=grad_scale)
-    g = grad * c["grad_scale"]
-    if c["has_wd"]:
-        g = g + c["wd"] * param
+    """One SGD step on float32 arrays; returns new (param, momentum_buf or None, lowp or None).
+
+    The arithmetic is numpy_optim.sgd_step's (torch.optim.SGD's CPU path), run on copies."""
+    sgd_scalars(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                nesterov=nesterov, first_step=first_step, grad_scale=grad_scale)  # same argument checks
+    p = np.array(param, dtype=F32).reshape(-1)
     buf = None
-    if c["has_momentum"]:
-        buf = g.copy() if c["first_step"] else momentum_buf * c["momentum"] + c["damp1"] * g
-        g = g + c["momentum"] * buf if c["nesterov"] else buf
-    p = param + c["neg_lr"] * g
+    if momentum != 0:
+        buf = np.zeros(p.size, F32) if momentum_buf is None else np.array(momentum_buf, dtype=F32).reshape(-1)
+    numpy_optim.sgd_step(p, np.ascontiguousarray(grad, dtype=F32).reshape(-1), buf, lr=lr, momentum=momentum,
+                         dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
+                         first_step=first_step, grad_scale=grad_scale)
     low = None if lowp_dtype is None else round_to(p, lowp_dtype)
     return p, buf, low

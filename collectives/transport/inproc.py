@@ -62,6 +62,7 @@ class InProcTransport:
         self.fabric, self.rank, self.size = fabric, rank, fabric.world
         self.fault = None  # test-only hook, as in MpiTransport
         self.oversubscribed = True  # ranks are threads sharing the GIL: waits must not spin
+        self.core_bound = True
 
     def isend(self, buf: np.ndarray, peer: int, tag: int):
         if self.fault is not None and self.fault("send", peer, tag):
@@ -80,6 +81,12 @@ class InProcTransport:
             self.fabric._match(r.key)
         return r
 
+    def probe(self, tag: int) -> bool:
+        """Whether a message with ``tag`` from any rank is waiting to be received."""
+        msgs = self.fabric.messages
+        with self.fabric.lock:
+            return any(msgs.get((q, self.rank, tag)) for q in range(self.size))
+
     @staticmethod
     def test(handle) -> bool:
         if handle.done and getattr(handle, "error", None) is not None:
@@ -90,14 +97,21 @@ class InProcTransport:
     def testall(cls, handles) -> bool:
         return all([cls.test(h) for h in handles])
 
-    def cancel(self, handles) -> None:
+    def cancel(self, handles) -> list[int]:
+        """Withdraw the receives not yet matched; return the positions of the
+        receives that had matched (their bytes landed), as MpiTransport.cancel."""
+        landed = []
         with self.fabric.lock:
-            for h in handles:
-                if isinstance(h, _Recv) and not h.done:
+            for i, h in enumerate(handles):
+                if isinstance(h, _Recv):
+                    if h.done:
+                        landed.append(i)
+                        continue
                     try:
                         self.fabric.posted[h.key].remove(h)
                     except ValueError:
                         pass
+        return landed
 
     def close(self) -> None:
         pass

@@ -2,17 +2,32 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 from mpi4py import MPI
 
 
 _U8 = np.dtype(np.uint8)
+CANCEL_GRACE_S = 1.0  # how long a cancelled request may take to complete
 
 
 def _bytes(buf: np.ndarray):
     # bfloat16 cannot export a buffer; raw bytes work for every dtype.
     return [buf if buf.dtype is _U8 else buf.view(np.uint8), MPI.BYTE]
+
+
+def busy_policy(local_ranks: int, node_cores: int, own_cores: int) -> tuple[bool, bool]:
+    """(oversubscribed, core_bound) for a rank.
+
+    oversubscribed: more ranks on this node than cores, so even the caller's
+    own waits must yield. core_bound: a rank has fewer cores than its two busy
+    threads (the caller computing, the progress thread running an async
+    collective), counting threads, not ranks: then the progress thread must
+    not poll at all while it waits, or it takes the core from the caller it
+    should overlap with. mpirun binds each rank to one core by default.
+    """
+    return local_ranks > node_cores, own_cores < 2 or 2 * local_ranks > node_cores
 
 
 class MpiTransport:
@@ -30,9 +45,10 @@ class MpiTransport:
         # each rank to one core, so one rank's own affinity says nothing.
         local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_size = local.Get_size()
-        cores = set().union(*local.allgather(sorted(os.sched_getaffinity(0))))
+        own = os.sched_getaffinity(0)
+        cores = set().union(*local.allgather(sorted(own)))
         local.Free()
-        self.oversubscribed = self.local_size > len(cores)
+        self.oversubscribed, self.core_bound = busy_policy(self.local_size, len(cores), len(own))
         self.orphans = []  # requests of a collective that failed: kept alive (see Context.abandon)
         self.fault = None  # test-only hook: fault(kind, peer, tag) -> True drops the message
 
@@ -44,6 +60,10 @@ class MpiTransport:
     def irecv(self, buf: np.ndarray, peer: int, tag: int):
         return self.comm.Irecv(_bytes(buf), peer, tag)
 
+    def probe(self, tag: int) -> bool:
+        """Whether a message with ``tag`` from any rank is waiting to be received."""
+        return self.comm.Iprobe(MPI.ANY_SOURCE, tag)
+
     @staticmethod
     def test(handle) -> bool:
         return handle.Test()
@@ -53,13 +73,39 @@ class MpiTransport:
         return MPI.Request.Testall(handles)
 
     @staticmethod
-    def cancel(handles) -> None:
-        for h in handles:
-            if h != MPI.REQUEST_NULL:
-                try:
-                    h.Cancel()
-                except MPI.Exception:
-                    pass
+    def cancel(handles) -> list[int]:
+        """Cancel every active request in ``handles`` and complete it.
+
+        MPI_Cancel only asks: a receive that has already matched a message is
+        not cancelled, and its bytes land anyway. So each request is then
+        completed (bounded by CANCEL_GRACE_S) and its status read. Returns the
+        positions of the requests that were not cancelled: a receive among
+        them has written its buffer (before this returns, if it completed), a
+        send has gone. Those still incomplete after the grace (a peer stuck
+        mid-message) stay active: keep them alive (Context.abandon does).
+        """
+        live = [(i, h) for i, h in enumerate(handles) if h != MPI.REQUEST_NULL]
+        for _, h in live:
+            try:
+                h.Cancel()
+            except MPI.Exception:
+                pass
+        status, kept = MPI.Status(), []
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        while live:
+            pending = []
+            for i, h in live:
+                if not h.Test(status):
+                    pending.append((i, h))
+                elif not status.Is_cancelled():
+                    kept.append(i)
+            live = pending
+            if live and time.monotonic() > deadline:
+                kept += [i for i, _ in live]
+                break
+            if live:
+                time.sleep(1e-4)
+        return sorted(kept)
 
     def close(self) -> None:
         if self.comm != MPI.COMM_NULL:

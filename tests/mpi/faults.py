@@ -61,6 +61,11 @@ try:
             comm.all_reduce(x)
         else:
             time.sleep(float(sys.argv[2]) * 3)
+    elif case == "absent_rank":  # rank argv[3] never calls; the ranks waiting on others must name it too
+        if rank != int(sys.argv[3]):
+            comm.all_reduce(x)
+        else:
+            time.sleep(float(sys.argv[2]) * 4)
     elif case == "drop":  # rank 1 drops its data sends: its neighbour times out mid-ring
         if rank == 1:
             comm.transport.fault = lambda kind, peer, tag: tag == TAG_DATA
@@ -106,4 +111,4 @@ if case == "after_error":  # the communicator refuses further use
         out["second"] = str(e)
 print(json.dumps(out), flush=True)
 sys.stdout.flush()
-MPI.COMM_WORLD.Barrier() if case not in ("absent", "drop", "late") else None
+MPI.COMM_WORLD.Barrier() if case not in ("absent", "absent_rank", "drop", "late") else None

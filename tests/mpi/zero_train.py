@@ -2,11 +2,14 @@
 
     zero_train.py train CKPT     every stage x {SGD, AdamW} x {clip, accumulation}
                                  against a one-process full-batch reference; then
-                                 3 steps at stage 3 and a checkpoint in CKPT
+                                 3 steps at stage 3 and a checkpoint in CKPT; then a
+                                 save that fails on the last rank must raise on every
+                                 rank at once
     zero_train.py resume CKPT S  load CKPT at stage S on this many ranks, 2 more
                                  steps, compare with 5 uninterrupted reference steps
 """
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +70,25 @@ def check(comm, got, want, label):
     return ok
 
 
+def failed_save(comm, ckpt):
+    """The last rank cannot write its shard: every rank raises SaveError, well before the timeout."""
+    from sharding.checkpoint import SaveError
+    opt = ZeroOptimizer(init_units(SIZES), comm, 3, OPTS["adamw"]())
+
+    def hook(path):
+        raise OSError(28, "No space left on device", str(path))
+    t0 = time.monotonic()
+    try:
+        opt.save_checkpoint(ckpt, hook=hook if comm.rank == comm.size - 1 else None)
+        err = None
+    except SaveError as e:
+        err = e
+    took = time.monotonic() - t0
+    ok = err is not None and (comm.rank == comm.size - 1 or f"rank {comm.size - 1}" in str(err)) and took < 10
+    print(f"rank {comm.rank} {'OK' if ok else 'FAIL'} failed save raised in {took:.2f} s: {err}", flush=True)
+    return ok
+
+
 def main():
     comm = Communicator()
     mode, ckpt = sys.argv[1], sys.argv[2]
@@ -79,6 +101,7 @@ def main():
                     got = train(comm, stage, opt_name, clip, accum)
                     ok &= check(comm, got, want, f"n={comm.size} stage={stage} {opt_name} clip={clip} accum={accum}")
         train(comm, 3, "adamw", steps=3, save=ckpt)
+        ok &= failed_save(comm, ckpt)
     else:
         stage = int(sys.argv[3])
         got = train(comm, stage, "adamw", steps=2, load=ckpt)

@@ -1,0 +1,261 @@
+"""Training steps per second with torch DDP and FSDP2, over ringzero and over Gloo, in one run.
+
+    mpirun -n 2 python bench/ddp.py --batch 16 --json ddp.json --plot ddp.png
+    mpirun -n 2 python bench/ddp.py --model mlp,transformer --steps 5 --rounds 7
+
+A PyTorch trainer switches to ringzero with one line (``backend="ringzero"``,
+collectives/torch_backend.py). This measures what that buys on a real
+trainer: the same model, data and optimizer wrapped in DDP or FSDP2
+(``fully_shard``), once over a ringzero process group and once over Gloo.
+
+Fairness as in bench/collectives.py: every configuration (model x wrapper x
+backend) is built from the same seed and trains on the same per-rank batch;
+they run in rounds, taking turns (each going first in turn), ``--steps``
+optimizer steps per turn; a step's time is the slowest rank's. The
+"vs gloo" column is the median over rounds of the paired ratio (Gloo's time
+/ ringzero's time in the same round: > 1 means ringzero trains faster).
+Both backends see the same gradients, so their losses must agree; the table
+prints the largest relative difference.
+
+Models: ``mlp`` (about 10.5M parameters: 512 -> 2048 -> 2048 -> 2048 -> 512,
+the default) and ``transformer`` (one encoder block, d_model 512, 8 heads,
+feed-forward 2048, sequences of 64: 3.2M). ``--width``/``--hidden`` shrink
+the MLP (the tests train a tiny one). Without collectives.torch_backend in
+this checkout the run is Gloo only, and says so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # bench/ helpers; the repository goes before it, so that
+sys.path.insert(0, os.path.join(HERE, ".."))  # "collectives" is the package, not bench/collectives.py
+
+from torch_groups import have_ringzero_backend, init_groups  # noqa: E402
+
+MODES = ("ddp", "fsdp2")
+MODELS = ("mlp", "transformer")
+
+
+def build_model(kind: str, a, seed: int = 0):
+    """The model and a function making one rank's (inputs, targets) batch."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    if kind == "mlp":
+        dims = [a.width] + [a.hidden] * a.layers + [a.width]
+        layers = []
+        for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(d_in, d_out))
+            if i < len(dims) - 2:
+                layers.append(nn.GELU())
+        model = nn.Sequential(*layers)
+
+        def batch(rank):
+            g = torch.Generator().manual_seed(1000 + rank)
+            return torch.randn(a.batch, a.width, generator=g), torch.randn(a.batch, a.width, generator=g)
+    elif kind == "transformer":
+        model = nn.Sequential(nn.TransformerEncoderLayer(a.d_model, a.heads, 4 * a.d_model, dropout=0.0,
+                                                         batch_first=True))
+
+        def batch(rank):
+            g = torch.Generator().manual_seed(1000 + rank)
+            shape = (a.batch, a.seq, a.d_model)
+            return torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
+    else:
+        raise ValueError(f"unknown model {kind!r}; choose from {', '.join(MODELS)}")
+    return model, batch
+
+
+def wrap(model, mode: str, group):
+    """DDP, or FSDP2 with every top-level layer that has parameters sharded on its own."""
+    import torch.distributed as dist
+
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model, process_group=group)
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, "cpu")
+    for layer in model:
+        if any(True for _ in layer.parameters()):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+class Config:
+    """One (model, mode, backend) trainer: its wrapped model, optimizer and batch."""
+
+    def __init__(self, kind: str, mode: str, backend: str, group, a, rank: int):
+        import torch
+
+        self.kind, self.mode, self.backend = kind, mode, backend
+        model, batch = build_model(kind, a)
+        self.params = sum(p.numel() for p in model.parameters())
+        self.model = wrap(model, mode, group)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=a.lr, momentum=0.9)
+        self.x, self.y = batch(rank)
+        self.losses: list[float] = []
+
+    def step(self) -> None:
+        import torch
+
+        self.opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(self.model(self.x), self.y)
+        loss.backward()
+        self.opt.step()
+        self.losses.append(float(loss.detach()))
+
+
+def plot_ddp(records: list[dict], path: str, title: str) -> None:
+    """Bars of steps per second: one group per (model, mode), one bar colour per backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from plot import COLORS  # bench/plot.py: the benchmark's colours (ringzero is our ring's)
+
+    colors = {"ringzero": COLORS["ring"], "gloo": COLORS["gloo"]}
+    groups = sorted({(r["model"], r["mode"]) for r in records}, key=lambda g: (MODELS.index(g[0]), g[1]))
+    backends = [b for b in ("ringzero", "gloo") if any(r["backend"] == b for r in records)]
+    w = 0.8 / len(backends)
+    fig, ax = plt.subplots(figsize=(max(5, 2.2 * len(groups)), 4), dpi=100)
+    for j, b in enumerate(backends):
+        xs, ys = [], []
+        for i, g in enumerate(groups):
+            r = next((r for r in records if (r["model"], r["mode"], r["backend"]) == (*g, b)), None)
+            if r:
+                xs.append(i + (j - (len(backends) - 1) / 2) * w)
+                ys.append(r["steps_per_s"])
+                if r.get("ratio_vs_gloo"):
+                    ax.annotate(f"{r['ratio_vs_gloo']:.2f}x", (xs[-1], ys[-1]), ha="center", va="bottom",
+                                fontsize=8)
+        ax.bar(xs, ys, w, color=colors[b], label=b)
+    ax.set_xticks(range(len(groups)), [f"{m}\n{mode}" for m, mode in groups])
+    ax.set_ylabel("training steps / s")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="mlp", help=f"comma list of {', '.join(MODELS)}")
+    p.add_argument("--mode", default="ddp,fsdp2", help=f"comma list of {', '.join(MODES)}")
+    p.add_argument("--backend", default="ringzero,gloo",
+                   help="comma list of ringzero, gloo (ringzero is left out, and said so, where it is missing)")
+    p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
+    p.add_argument("--steps", type=int, default=5, help="optimizer steps per turn")
+    p.add_argument("--rounds", type=int, default=5, help="turns per configuration; the median is reported")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per configuration first")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--width", type=int, default=512, help="MLP input and output width")
+    p.add_argument("--hidden", type=int, default=2048, help="MLP hidden width")
+    p.add_argument("--layers", type=int, default=3, help="MLP hidden layers")
+    p.add_argument("--d-model", type=int, default=512, help="transformer width")
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seq", type=int, default=64, help="transformer sequence length")
+    p.add_argument("--json", default=None, help="write the results here (rank 0)")
+    p.add_argument("--plot", default=None, help="draw steps/s to this PNG (rank 0)")
+    a = p.parse_args(argv)
+    kinds = [k for k in a.model.split(",") if k]
+    modes = [m for m in a.mode.split(",") if m]
+    backends = [b for b in a.backend.split(",") if b]
+    for name, got, known in (("--model", kinds, MODELS), ("--mode", modes, MODES),
+                             ("--backend", backends, ("ringzero", "gloo"))):
+        bad = [x for x in got if x not in known]
+        if bad or not got:
+            p.error(f"{name} {','.join(bad) or '(empty)'}: choose from {', '.join(known)}")
+    if a.batch < 1 or a.steps < 1 or a.rounds < 1:
+        p.error("--batch, --steps and --rounds must be >= 1")
+
+    world = MPI.COMM_WORLD
+    rank, n = world.rank, world.size
+
+    def say(s=""):
+        if rank == 0:
+            print(s, flush=True)
+
+    notes = []
+    if "ringzero" in backends and not have_ringzero_backend():
+        backends.remove("ringzero")
+        notes.append("ringzero backend not in this checkout (collectives/torch_backend.py): Gloo only")
+        if not backends:
+            p.error("nothing to run: the ringzero backend is missing and --backend has no gloo")
+    groups = init_groups(world, ringzero="ringzero" in backends)
+    import torch
+    import torch.distributed as dist
+
+    configs = [Config(k, m, b, groups[b], a, rank) for k in kinds for m in modes for b in backends]
+    say(f"# ringzero DDP/FSDP2 benchmark: {n} ranks, per-rank batch {a.batch}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} intra-op thread(s) per rank, SGD momentum 0.9, float32")
+    for note in notes:
+        say(f"# NOTE: {note}")
+    for k in kinds:
+        say(f"# {k}: {next(c.params for c in configs if c.kind == k):,} parameters")
+    say(f"# warmup {a.warmup} steps, then {a.rounds} rounds of {a.steps} steps, configurations taking turns;"
+        f" time = median over rounds of (slowest rank's mean step); vs gloo = paired ratio, median over rounds")
+    for c in configs:
+        for _ in range(a.warmup):
+            c.step()
+    times: dict[int, list[float]] = {i: [] for i in range(len(configs))}
+    order = list(range(len(configs)))
+    for rnd in range(a.rounds):
+        for i in order[rnd % len(order):] + order[:rnd % len(order)]:
+            world.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(a.steps):
+                configs[i].step()
+            times[i].append(world.allreduce((time.perf_counter() - t0) / a.steps, op=MPI.MAX))
+    records = []
+    for i, c in enumerate(configs):
+        dt = float(np.median(times[i]))
+        records.append(dict(model=c.kind, mode=c.mode, backend=c.backend, params=c.params, ranks=n,
+                            batch=a.batch, step_ms=dt * 1e3, steps_per_s=1 / dt,
+                            rounds_ms=[t * 1e3 for t in times[i]], losses=c.losses))
+    index = {(c.kind, c.mode, c.backend): i for i, c in enumerate(configs)}
+    for i, r in enumerate(records):
+        twin = index.get((r["model"], r["mode"], "gloo"))
+        if r["backend"] != "gloo" and twin is not None:
+            r["ratio_vs_gloo"] = float(np.median([g / t for g, t in zip(times[twin], times[i])]))
+            ref = np.array(configs[twin].losses)
+            diff = np.abs(np.array(r["losses"]) - ref) / np.maximum(np.abs(ref), 1e-30)
+            r["loss_rel_diff_vs_gloo"] = float(np.max(diff))
+    say()
+    say(f"{'model':>12} {'mode':>6} {'backend':>9} {'params':>11} {'step(ms)':>9} {'steps/s':>8} "
+        f"{'vs gloo':>8} {'loss diff':>9}")
+    for r in records:
+        ratio = f"{r['ratio_vs_gloo']:.2f}x" if "ratio_vs_gloo" in r else "-"
+        diff = f"{r['loss_rel_diff_vs_gloo']:.1e}" if "loss_rel_diff_vs_gloo" in r else "-"
+        say(f"{r['model']:>12} {r['mode']:>6} {r['backend']:>9} {r['params']:>11,} {r['step_ms']:>9.2f} "
+            f"{r['steps_per_s']:>8.2f} {ratio:>8} {diff:>9}")
+    title = f"training steps/s, {n} ranks, per-rank batch {a.batch}" + (" (Gloo only)" if notes else "")
+    if rank == 0 and a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump({"ranks": n, "batch": a.batch, "torch": torch.__version__, "notes": notes,
+                       "records": records}, f, indent=1)
+        print(f"# wrote {len(records)} records to {a.json}")
+    if rank == 0 and a.plot:
+        plot_ddp(records, a.plot, title)
+        print(f"# wrote {a.plot}")
+    world.Barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
