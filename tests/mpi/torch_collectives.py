@@ -205,9 +205,10 @@ except NotImplementedError as e:
         failures.append(f"FAIL rank {R}: send's error does not name it: {e}")
 
 # barrier: nobody leaves before the last one arrives
+dist.barrier()  # everyone starts the clock together (within scheduling noise)
 t0 = time.monotonic()
 if R == N - 1:
-    time.sleep(0.3)
+    time.sleep(0.5)
 dist.barrier()
 if time.monotonic() - t0 < 0.25:
     failures.append(f"FAIL rank {R} barrier returned after {time.monotonic() - t0:.3f} s, before rank {N - 1}")
