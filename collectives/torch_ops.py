@@ -95,7 +95,7 @@ class Stage:
 
     def host_copy(self, t):
         h = torch.empty(t.shape, dtype=t.dtype)
-        self._later(t, lambda: t.copy_(h))
+        self._later(t, lambda: t.detach().copy_(h))
         return h
 
     def scatter_back(self, outs, dtype, device):

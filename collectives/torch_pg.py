@@ -204,9 +204,10 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         if output.dtype != input.dtype:
             raise TypeError(f"all_to_all_single on rank {rank}: output is {output.dtype}, input {input.dtype}")
         stage = Stage()
-        x, out = stage.input(input), stage.output(output)
-        if x.is_cuda:  # MPI's all-to-all moves host memory: stage through it
-            x, out = x.cpu(), stage.host_copy(out)
+        if input.is_cuda:  # MPI's all-to-all moves host memory: stage through it
+            x, out = input.detach().contiguous().cpu(), stage.host_copy(output)
+        else:
+            x, out = stage.input(input), stage.output(output)
         size = x.element_size()
         label = f"all_to_all_single on rank {rank}"
 
