@@ -20,7 +20,7 @@ import numpy as np
 from .dtypes import DTYPES, dtype_code
 from .kernels import NUMPY_KERNELS, kernels_for
 
-__all__ = ["Array", "adapt", "check_overlap", "same_buffer"]
+__all__ = ["Array", "adapt", "check_overlap"]
 
 _HOST_DTYPES = frozenset(dt for dt, _ in DTYPES.values())
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -41,8 +41,12 @@ class Array:
     __slots__ = ("obj", "flat", "kernels", "device", "kind", "stream")
 
     def __init__(self, obj, flat, kernels, device, kind, stream=None):
-        self.obj, self.flat, self.kernels, self.device, self.kind, self.stream = (
-            obj, flat, kernels, device, kind, stream)
+        self.obj = obj
+        self.flat = flat
+        self.kernels = kernels
+        self.device = device
+        self.kind = kind
+        self.stream = stream
 
     @property
     def size(self) -> int:
@@ -72,7 +76,7 @@ def adapt(x, name: str = "x", writable: bool = False) -> Array:
     t = type(x)
     if t is np.ndarray:
         if x.dtype in _HOST_DTYPES and x.flags.c_contiguous and (not writable or x.flags.writeable):
-            return Array(x, x.reshape(-1), NUMPY_KERNELS, False, NUMPY)  # the common case
+            return Array(x, x if x.ndim == 1 else x.reshape(-1), NUMPY_KERNELS, False, NUMPY)  # the common case
         return NUMPY.adapt(x, name, writable)
     mod = t.__module__
     if mod.startswith("cupy"):
@@ -100,8 +104,8 @@ class _Numpy:
         return Array(x, x.reshape(-1), NUMPY_KERNELS, False, self)
 
     def empty(self, like: Array, n):
-        obj = np.empty_like(like.obj) if n is None else np.empty(n, dtype=like.dtype)
-        return Array(obj, obj.reshape(-1), NUMPY_KERNELS, False, self)
+        obj = np.empty_like(like.obj) if n is None else np.empty(n, dtype=like.flat.dtype)
+        return Array(obj, obj if obj.ndim == 1 else obj.reshape(-1), NUMPY_KERNELS, False, self)
 
 
 class _Cupy:
@@ -142,7 +146,7 @@ class _Torch:
             raise TypeError(f"{name} is a torch tensor on {t.device}; only cpu and cuda tensors are supported")
         import cupy
         stream = _TorchStream(torch, cupy, t.device)
-        with stream.external:  # torch orders the export after its work on this stream (DLPack protocol)
+        with cupy.cuda.Device(stream.device), stream.external:  # the export is ordered on torch's stream
             flat = cupy.from_dlpack(d.view(torch.int16) if dt is _BF16 else d)
         flat = flat.view(_BF16) if dt is _BF16 else flat
         return Array(t, flat.reshape(-1), kernels_for(flat), True, self, stream)
@@ -182,7 +186,8 @@ class _TorchStream:
     def __init__(self, torch, cupy, device):
         self.cupy = cupy
         self.device = device.index if device.index is not None else torch.cuda.current_device()
-        self.external = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream)
+        self.external = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream,
+                                                 device_id=self.device)
 
     def enter(self) -> None:
         with self.cupy.cuda.Device(self.device):
@@ -200,31 +205,26 @@ NUMPY, CUPY, TORCH = _Numpy(), _Cupy(), _Torch()
 def _span(a: Array) -> tuple[int, int]:
     """[first byte, past the last byte) of a contiguous buffer."""
     f = a.flat
-    start = f.data.ptr if a.device else f.__array_interface__["data"][0]
+    start = _address(f)
     return start, start + f.nbytes
 
 
-def same_buffer(a: Array, b: Array) -> bool:
-    """True when ``a`` and ``b`` are exactly the same memory (start and length)."""
-    if a.obj is b.obj:
-        return True
-    if a.device != b.device or a.flat.nbytes != b.flat.nbytes:
-        return False
-    return a.flat.nbytes == 0 or _span(a)[0] == _span(b)[0]
+def _address(f) -> int:
+    return f.__array_interface__["data"][0] if isinstance(f, np.ndarray) else f.data.ptr  # numpy, cupy
 
 
 def _overlap(a: Array, b: Array) -> bool:
-    if a.flat.nbytes == 0 or b.flat.nbytes == 0 or a.device != b.device:
+    fa, fb = a.flat, b.flat
+    if fa.nbytes == 0 or fb.nbytes == 0 or a.device != b.device:
         return False
-    if not a.device and type(a.obj) is np.ndarray and type(b.obj) is np.ndarray \
-            and a.obj.base is None and b.obj.base is None:
-        return a.obj is b.obj  # two numpy arrays that own their memory share none of it
+    if isinstance(fa, np.ndarray) and isinstance(fb, np.ndarray):
+        return np.may_share_memory(fa, fb)  # a bounds test, exact for contiguous buffers
     (a0, a1), (b0, b1) = _span(a), _span(b)
     return a0 < b1 and b0 < a1
 
 
-def check_overlap(collective: str, x: Array, out: Array, rank: int = 0, offset: int = 0) -> None:
-    """The one aliasing rule, checked before any byte moves.
+def check_overlap(collective: str, x: Array, out: Array, rank: int = 0, offset: int = 0) -> bool:
+    """The one aliasing rule, checked before any byte moves; True when the call is in place.
 
     all_reduce, broadcast: ``out`` may be exactly ``x`` (in place) or apart from it.
     all_gather: ``x`` may be exactly its own segment of ``out`` (``offset``
@@ -233,20 +233,19 @@ def check_overlap(collective: str, x: Array, out: Array, rank: int = 0, offset: 
     rank and both byte ranges.
     """
     if out.obj is x.obj and collective in ("all_reduce", "broadcast"):
-        return
+        return True
     if not _overlap(x, out):
-        return
-    if collective in ("all_reduce", "broadcast") and same_buffer(x, out):
-        return
+        return False
     if collective == "all_gather":
         own = out.flat[offset:offset + x.size]
-        start = own.data.ptr if out.device else own.__array_interface__["data"][0]
-        if own.size == x.size and start == _span(x)[0]:
-            return
+        if own.size == x.size and _address(own) == _address(x.flat):
+            return True
         allowed = f"x may only be exactly its own segment of out (elements {offset}..{offset + x.size})"
     elif collective == "reduce_scatter":
         allowed = "out must not overlap x"
     else:
+        if x.flat.nbytes == out.flat.nbytes and _address(x.flat) == _address(out.flat):
+            return True
         allowed = "out must be exactly x (in place) or not overlap it"
     (x0, x1), (o0, o1) = _span(x), _span(out)
     raise ValueError(f"rank {rank}: {collective}: x (bytes {x0:#x}..{x1:#x}) and out (bytes {o0:#x}..{o1:#x}) "

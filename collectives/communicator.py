@@ -12,9 +12,11 @@ import itertools
 import numbers
 
 
+import numpy as np
+
 from . import ring
 from .agree import ALGORITHMS, COLLECTIVES, MAX_SMALL_BYTES, digest, make_header
-from .arrays import Array, adapt, check_overlap
+from .arrays import NUMPY, Array, adapt, check_overlap
 from .dispatch import Dispatcher
 from .dtypes import check_op, dtype_code
 from .kernels import NUMPY_KERNELS
@@ -107,9 +109,9 @@ class Communicator(Dispatcher):
         """
         code = check_op(op)
         xa = adapt(x, "x")
-        oa = self._out(out, xa, None, "all_reduce")
-        hdr = self._header("all_reduce", xa, op=code, count=xa.size)
-        return self._dispatch("all_reduce", hdr, xa, oa, async_op, op=op)
+        oa, in_place = self._out(out, xa, None, "all_reduce")
+        hdr = self._header("all_reduce", xa, op=code, count=xa.flat.size)
+        return self._dispatch("all_reduce", hdr, xa, oa, in_place, async_op, op)
 
     def reduce_scatter(self, x, op: str = "sum", out=None, counts=None, async_op: bool = False):
         """Reduce ``x`` over all ranks; rank r gets the r-th segment.
@@ -133,9 +135,9 @@ class Communicator(Dispatcher):
             counts = self._check_counts(counts, "reduce_scatter")
             if sum(counts) != xa.size:
                 raise ValueError(f"reduce_scatter: counts add up to {sum(counts)}, x has {xa.size} elements")
-        oa = self._out(out, xa, counts[self.rank], "reduce_scatter")
+        oa, _ = self._out(out, xa, counts[self.rank], "reduce_scatter")
         hdr = self._header("reduce_scatter", xa, op=code, count=xa.size, counts=digest(counts))
-        return self._dispatch("reduce_scatter", hdr, xa, oa, async_op, op=op, counts=counts)
+        return self._dispatch("reduce_scatter", hdr, xa, oa, False, async_op, op, counts)
 
     def all_gather(self, x, out=None, counts=None, async_op: bool = False):
         """Gather every rank's ``x`` into one flat array, in rank order.
@@ -156,9 +158,9 @@ class Communicator(Dispatcher):
                 raise ValueError(f"all_gather: counts[{self.rank}] = {counts[self.rank]} but x has "
                                  f"{xa.size} elements on rank {self.rank}")
         # the header counts the whole output, however the counts were given
-        oa = self._out(out, xa, sum(counts), "all_gather", offset=sum(counts[:self.rank]))
+        oa, in_place = self._out(out, xa, sum(counts), "all_gather", offset=sum(counts[:self.rank]))
         hdr = self._header("all_gather", xa, count=oa.size, counts=digest(counts))
-        return self._dispatch("all_gather", hdr, xa, oa, async_op, counts=counts)
+        return self._dispatch("all_gather", hdr, xa, oa, in_place, async_op, counts)
 
     def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
         """Copy ``root``'s ``x`` to every rank.
@@ -172,14 +174,14 @@ class Communicator(Dispatcher):
         xa = adapt(x, "x")
         if not isinstance(root, numbers.Integral) or not 0 <= root < self.size:
             raise ValueError(f"broadcast: root {root!r} is not a rank of this group (size {self.size})")
-        oa = self._out(out, xa, None, "broadcast")
+        oa, in_place = self._out(out, xa, None, "broadcast")
         hdr = self._header("broadcast", xa, count=xa.size, root=int(root))
-        return self._dispatch("broadcast", hdr, xa, oa, async_op, root=int(root))
+        return self._dispatch("broadcast", hdr, xa, oa, in_place, async_op, int(root))
 
     def barrier(self, async_op: bool = False):
         """Return once every rank has entered the barrier."""
         hdr = self._header("barrier", None)
-        return self._dispatch("barrier", hdr, None, None, async_op)
+        return self._dispatch("barrier", hdr, None, None, False, async_op)
 
     def scratch_bytes(self) -> int:
         """Bytes of the reusable communication buffers this communicator holds now."""
@@ -216,11 +218,19 @@ class Communicator(Dispatcher):
         return make_header(seq, COLLECTIVES[name], op, dtype, count, counts, root,
                            ALGORITHMS[self.algorithm], self.chunk_bytes, self.small_bytes, device)
 
-    def _out(self, out, xa: Array, n: int | None, what: str, offset: int = 0) -> Array:
-        """``out`` adapted and checked against ``x`` (n elements; None: x's size), or a new
-        array of x's kind; the aliasing rule (arrays.check_overlap) is checked here."""
+    def _out(self, out, xa: Array, n: int | None, what: str, offset: int = 0) -> tuple[Array, bool]:
+        """(``out`` adapted and checked against ``x`` (n elements; None: x's size), or a new
+        array of x's kind; whether the call is in place). The aliasing rule
+        (arrays.check_overlap) is checked here."""
         if out is None:
-            return xa.empty(n)
+            return xa.kind.empty(xa, n), False
+        if type(out) is np.ndarray and xa.kind is NUMPY and out.dtype is xa.flat.dtype \
+                and out.size == (xa.flat.size if n is None else n) and out.flags.c_contiguous and out.flags.writeable:
+            # the common case, a host array of the right size and type, in a few checks
+            oa = Array(out, out if out.ndim == 1 else out.reshape(-1), NUMPY_KERNELS, False, NUMPY)
+            if out.base is None and xa.obj.base is None and out is not xa.obj:
+                return oa, False  # two arrays that own their memory share none of it
+            return oa, check_overlap(what, xa, oa, self.rank, offset)
         oa = adapt(out, "out", writable=True)
         want = xa.size if n is None else n
         if oa.flat.dtype != xa.flat.dtype:
@@ -230,8 +240,7 @@ class Communicator(Dispatcher):
         if oa.device != xa.device:
             raise TypeError(f"{what}: out and x must both be host (numpy, CPU torch) or both device "
                             f"(cupy, CUDA torch) arrays; x is a {xa.kind.name}, out a {oa.kind.name}")
-        check_overlap(what, xa, oa, self.rank, offset)
-        return oa
+        return oa, check_overlap(what, xa, oa, self.rank, offset)
 
     def _check_counts(self, counts, what):
         try:

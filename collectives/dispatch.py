@@ -15,8 +15,9 @@ import numpy as np
 
 from . import ring, small
 from .agree import agree, start_agreement
-from .arrays import Array, same_buffer
+from .arrays import Array
 from .context import Context
+from .dtypes import is_floating
 from .errors import CollectiveError
 from .kernels import NUMPY_KERNELS
 from .schedule import split_counts
@@ -25,66 +26,56 @@ from .schedule import split_counts
 class Dispatcher:
     """Execution for Communicator (a mixin: the state is set up in Communicator.__init__)."""
 
-    def _dispatch(self, kind: str, hdr, x: Array | None, out: Array | None, async_op: bool, **kw):
-        """Run collective ``kind`` on adapted buffers; returns the caller's ``out`` object (or a Work)."""
+    def _dispatch(self, kind: str, hdr, x: Array | None, out: Array | None, in_place: bool, async_op: bool,
+                  *args):
+        """Run collective ``kind`` on adapted, checked buffers (``in_place``: x is out, or
+        for all_gather out's own segment): now on this thread, or queued behind earlier
+        async calls. Returns the caller's ``out`` object, or a Work."""
         run = RUNNERS[kind]
+        label = f"{kind} #{self._seq - 1}"
         stream = out.stream if out is not None else None
         if stream is not None:
             stream.enter()  # after the caller's work on torch's current stream
-        return self._launch(kind, hdr, lambda ctx: run(self, ctx, hdr, x, out, **kw), out, async_op)
-
-    def _launch(self, name, hdr, body, out: Array | None, async_op: bool):
-        label = f"{name} #{self._seq - 1}"
-        result = out.obj if out is not None else None
 
         def task():
             if self._broken is not None:
                 raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
                                       f"earlier error: {self._broken}") from self._broken
-            if out is None or not out.device:  # host arrays: everything prepared once
+            if out is None:
+                kernels, transport, scratch, chunk = NUMPY_KERNELS, self.transport, self._host_scratch, self.chunk_bytes
+            elif not out.device:  # host arrays: everything prepared once
                 kernels, transport, scratch = NUMPY_KERNELS, self.transport, self._host_scratch
-                chunk = self._chunk_elems(out)
+                chunk = max(1, self.chunk_bytes // out.flat.itemsize)
             else:
                 kernels = out.kernels
                 transport, scratch = self._device(), self._scratch_for(kernels)
-                chunk = self._chunk_elems(out)
+                chunk = max(1, self.chunk_bytes // out.flat.itemsize)
             ctx = Context(transport, kernels, label, self.timeout, chunk, scratch,
                           self.tracer, self._cache, self.window)
             try:
                 if ctx.tracer is not None:
                     ctx.tracer.begin(label, rank=self.rank)
-                body(ctx)
+                run(self, ctx, hdr, x, out, in_place, *args)
                 if ctx.tracer is not None:
                     ctx.tracer.end(label, rank=self.rank)
             except BaseException as e:
                 self._broken = e
                 ctx.abandon()
                 raise
-            if out is not None and out.stream is not None:
-                out.stream.leave()  # the caller's later work on its stream waits for ours
-            return result
+            if stream is not None:
+                stream.leave()  # the caller's later work on its stream waits for ours
+            return out.obj if out is not None else None
 
         if async_op:
             return self._engine.submit(task, label)
         return self._engine.run(task, label)
 
     # ------------------------------------------------------------ bodies
-    def _run_all_reduce(self, ctx, hdr, xa: Array, oa: Array, op: str):
+    def _run_all_reduce(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, op: str):
         x, out = xa.flat, oa.flat
-        if same_buffer(xa, oa):
-            x = out  # in place: the algorithms test ``out is x``
-        post = False
-        if op == "avg":
-            op = "sum"
-            if out.dtype.kind == "f":
-                # floats are divided by N before the sum, as NCCL does: partial sums
-                # stay in range (float16 does not overflow N times earlier)
-                if x is not out:
-                    ctx.kernels.copy(out, x)
-                ctx.kernels.scale(out, self.size)
-                x = out
-            else:
-                post = True  # integers: sum, then divide (truncating toward zero)
+        if in_place:
+            x = out  # the algorithms test ``out is x``
+        op, x, post = self._avg(ctx, op, x, out)
         if self._baseline is not None:
             self._agree(ctx, hdr)
             self._baseline.all_reduce(x, out, op)
@@ -95,18 +86,12 @@ class Dispatcher:
         if post:
             ctx.kernels.scale(out, self.size)
 
-    def _run_reduce_scatter(self, ctx, hdr, xa: Array, oa: Array, op: str, counts):
+    def _run_reduce_scatter(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, op: str, counts):
         x, out = xa.flat, oa.flat
-        post = False
-        if op == "avg":
-            if x.dtype.kind == "f":  # pre-scale (see _run_all_reduce) into a scratch copy of x
-                tmp = ctx.scratch("prescale", x.size, x.dtype)
-                ctx.kernels.copy(tmp, x)
-                ctx.kernels.scale(tmp, self.size)
-                x = tmp
-            else:
-                post = True
-            op = "sum"
+        if op == "avg" and is_floating(x.dtype):
+            op, x, post = self._avg(ctx, op, x, ctx.scratch("prescale", x.size, x.dtype))
+        else:
+            op, x, post = self._avg(ctx, op, x, None)
         if self._baseline is not None:
             self._agree(ctx, hdr)
             self._baseline.reduce_scatter(x, out, counts, op)
@@ -117,7 +102,23 @@ class Dispatcher:
         if post:
             ctx.kernels.scale(out, self.size)
 
-    def _run_all_gather(self, ctx, hdr, xa: Array, oa: Array, counts):
+    def _avg(self, ctx, op: str, x, into):
+        """avg, the one rule for every path and algorithm: floating types are divided
+        by N before the sum, as NCCL does, so partial sums stay in range (float16
+        would otherwise overflow N times earlier); the quotients go into ``into``
+        (out, or scratch when out cannot hold x), never into the caller's x.
+        Integers are summed, then divided, truncating toward zero.
+        Returns (op to run, its input, whether to divide the result afterwards)."""
+        if op != "avg":
+            return op, x, False
+        if not is_floating(x.dtype):
+            return "sum", x, True
+        if into is not x:
+            ctx.kernels.copy(into, x)
+        ctx.kernels.scale(into, self.size)
+        return "sum", into, False
+
+    def _run_all_gather(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, counts):
         x, out = xa.flat, oa.flat
         if self._baseline is not None:
             self._agree(ctx, hdr)
@@ -126,15 +127,15 @@ class Dispatcher:
             return small.all_gather(ctx, hdr, x, out, counts)
         self._ring(ctx, hdr, ring.all_gather, x, out, counts)
 
-    def _run_broadcast(self, ctx, hdr, xa: Array, oa: Array, root: int):
+    def _run_broadcast(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, root: int):
         self._agree(ctx, hdr)
-        if self.rank == root and not same_buffer(xa, oa):
+        if self.rank == root and not in_place:
             ctx.kernels.copy(oa.flat, xa.flat)
         if self._baseline is not None:
             return self._baseline.broadcast(oa.flat, root)
         ring.broadcast(ctx, oa.flat, root)
 
-    def _run_barrier(self, ctx, hdr, xa, oa):
+    def _run_barrier(self, ctx, hdr, xa, oa, in_place):
         agree(ctx, hdr)
 
     def _agree(self, ctx, hdr):
@@ -159,9 +160,6 @@ class Dispatcher:
             from .transport.device import make_device_transport
             self._device_transport = make_device_transport(self.transport)
         return self._device_transport
-
-    def _chunk_elems(self, out: Array | None) -> int:
-        return max(1, self.chunk_bytes // (out.flat.itemsize if out is not None else 1))
 
     def _scratch_for(self, kernels):
         """scratch(name, n, dtype, host=False): reusable buffers where ``kernels`` computes

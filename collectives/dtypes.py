@@ -48,6 +48,14 @@ def dtype_code(dtype) -> int:
     return code if code is not None else DTYPES[dtype_name(dtype)][1]
 
 
+_FLOATING = frozenset(npdt for name, (npdt, _) in DTYPES.items() if not name.startswith("int"))
+
+
+def is_floating(dtype) -> bool:
+    """True for the floating types (bfloat16 included, whose numpy kind is 'V')."""
+    return dtype in _FLOATING or np.dtype(dtype) in _FLOATING
+
+
 def to_dtype(name: str) -> np.dtype:
     try:
         return DTYPES[name][0]

@@ -23,7 +23,7 @@ from mpi4py import MPI
 from .dtypes import HALF, dtype_name
 from .kernels.numpy_kernels import NUMPY_KERNELS
 
-_NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN, "avg": MPI.SUM}
+_NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 _NATIVE_TYPES = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T, "int64": MPI.INT64_T}
 
 
@@ -49,9 +49,7 @@ class MpiAlgorithm:
             return _NATIVE_OPS[op]
         key = (op, name)
         if key not in self._half_ops:
-            base = "sum" if op == "avg" else op
-
-            def reduce(inbuf, inoutbuf, datatype, dt=np.dtype(dtype), base=base):
+            def reduce(inbuf, inoutbuf, datatype, dt=np.dtype(dtype), base=op):
                 a = np.frombuffer(inbuf, dtype=dt)
                 b = np.frombuffer(inoutbuf, dtype=dt)
                 NUMPY_KERNELS.reduce(base, a, b, b)
@@ -62,14 +60,10 @@ class MpiAlgorithm:
     def all_reduce(self, x, out, op):
         send = MPI.IN_PLACE if out is x or (x.size and _address(x) == _address(out)) else self._spec(x)
         self.comm.Allreduce(send, self._spec(out), op=self._op(op, x.dtype))
-        if op == "avg":
-            NUMPY_KERNELS.scale(out.reshape(-1), self.comm.Get_size())
 
     def reduce_scatter(self, x, out, counts, op):
         self.comm.Reduce_scatter(self._spec(x), self._spec(out), recvcounts=counts,
                                  op=self._op(op, x.dtype))
-        if op == "avg":
-            NUMPY_KERNELS.scale(out.reshape(-1), self.comm.Get_size())
 
     def all_gather(self, x, out, counts):
         spec = self._spec(out)

@@ -25,7 +25,7 @@ def reference(world, count, dtype, op):
          "avg": xs.sum(0) / world}[op]
     if op == "avg" and np.dtype(dtype).kind == "i":
         e = np.trunc(xs.sum(0) / world)
-    if op == "avg" and np.dtype(dtype).kind == "f":
+    if op == "avg" and np.dtype(dtype).kind != "i":
         e = xs.sum(0)  # the inputs are avg_input's: world * data, so x / world is exact in any order
     return e.astype(dtype)
 
@@ -34,7 +34,7 @@ def avg_input(count, rank, dtype, op, world):
     """data(), times the world size for a floating avg: avg divides floats by N before
     the sum (as NCCL does), and these quotients are exact, so any order gives the same bits."""
     x = data(count, rank, dtype, op)
-    if op == "avg" and np.dtype(dtype).kind == "f":
+    if op == "avg" and np.dtype(dtype).kind != "i":
         x = (x.astype(np.float64) * world).astype(dtype)
     return x
 

@@ -1,4 +1,9 @@
-"""One registry for kernel sets: numpy for host arrays, CUDA for cupy arrays."""
+"""One registry for kernel sets: numpy for host arrays, CUDA for device arrays.
+
+Host: numpy arrays and CPU torch tensors. Device: cupy arrays and CUDA torch
+tensors. Neither cupy nor torch is imported to answer (the type's module
+name says which library an object comes from).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -8,18 +13,31 @@ from .numpy_kernels import NUMPY_KERNELS, NumpyKernels
 __all__ = ["NUMPY_KERNELS", "NumpyKernels", "is_device_array", "kernels_for"]
 
 
-def is_device_array(x) -> bool:
-    """True for cupy (CUDA) arrays, without importing cupy when it is absent."""
+def _library(x) -> str:
     t = type(x)
-    return t is not np.ndarray and t.__module__.startswith("cupy")
+    if t is np.ndarray:
+        return "numpy"
+    mod = t.__module__
+    if mod.startswith("cupy"):
+        return "cupy"
+    if mod == "torch" or mod.startswith("torch."):
+        return "torch-cuda" if x.device.type == "cuda" else "torch"
+    return "numpy"
+
+
+def is_device_array(x) -> bool:
+    """True for cupy arrays and CUDA torch tensors, without importing either library."""
+    return _library(x) in ("cupy", "torch-cuda")
 
 
 def kernels_for(x):
-    """The kernel set that reduces arrays like ``x``."""
-    if is_device_array(x):
-        try:
-            from .cuda_kernels import cuda_kernels
-        except ImportError as e:  # cupy present but our CUDA set could not load
-            raise RuntimeError(f"cupy array given but the CUDA kernel set is unavailable: {e}") from e
-        return cuda_kernels(x.device.id)  # scratch lands on x's GPU, whatever thread asks
-    return NUMPY_KERNELS
+    """The kernel set that reduces arrays like ``x`` (on x's GPU for device arrays)."""
+    lib = _library(x)
+    if lib == "numpy" or lib == "torch":
+        return NUMPY_KERNELS
+    try:
+        from .cuda_kernels import cuda_kernels
+    except ImportError as e:  # cupy present but our CUDA set could not load
+        raise RuntimeError(f"a device array was given but the CUDA kernel set is unavailable: {e}") from e
+    device = x.device.id if lib == "cupy" else x.device.index
+    return cuda_kernels(device)  # scratch lands on x's GPU, whatever thread asks

@@ -47,7 +47,7 @@ def avg_input(count, r, dt, op):
     """data(), times n for a floating avg: avg divides floats by n before the sum
     (as NCCL does); these quotients are exact, so every order gives the same bits."""
     x = data(count, r, dt, op)
-    return (x.astype(np.float64) * n).astype(dt) if op == "avg" and np.dtype(dt).kind == "f" else x
+    return (x.astype(np.float64) * n).astype(dt) if op == "avg" and np.dtype(dt).kind != "i" else x
 
 
 failures, cases = [], 0
