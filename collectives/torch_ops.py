@@ -17,7 +17,10 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
       op: a ``ReduceOp`` (as on ``opts.reduceOp``) or a ``ReduceOp.RedOpType``.
       what: the collective, for the error message.
     """
-    kind = getattr(op, "op", op)
+    kind = op.op if type(op) is ReduceOp else op
+    name = _OPS.get(kind)
+    if name is not None:
+        return name, None
     if kind == ReduceOp.PREMUL_SUM:
         factor = getattr(op, "factor", None)
         if factor is None:  # torch versions without the attribute pickle it
@@ -25,11 +28,8 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
         if isinstance(factor, torch.Tensor):
             factor = float(factor.item())
         return "sum", float(factor)
-    name = _OPS.get(kind)
-    if name is None:
-        raise ValueError(f"{what}: reduce op {kind} is not supported by the ringzero backend "
-                         f"(supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
-    return name, None
+    raise ValueError(f"{what}: reduce op {kind} is not supported by the ringzero backend "
+                     f"(supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
 
 
 class FutureWork(dist.Work):
@@ -65,16 +65,27 @@ class FutureWork(dist.Work):
 
 
 class Stage:
-    """Contiguous stand-ins for the caller's tensors, and the copies back once done."""
+    """Contiguous stand-ins for the caller's tensors, and the copies back once done.
+
+    The copies back run on the progress thread, on the device's default stream,
+    which the caller's stream does not wait for: on CUDA they are finished
+    (synchronized) before the future completes.
+    """
 
     def __init__(self):
         self._back: list = []
+        self._devices: set = set()
 
     def inout(self, t):
         c = t.detach().contiguous()
         if c.data_ptr() != t.data_ptr() or c.shape != t.shape:
-            self._back.append(lambda: t.detach().copy_(c))
+            self._later(t, lambda: t.detach().copy_(c))
         return c
+
+    def _later(self, t, fn):
+        self._back.append(fn)
+        if t.is_cuda:
+            self._devices.add(t.device)
 
     def input(self, t):
         return t.detach().contiguous()
@@ -84,7 +95,7 @@ class Stage:
 
     def host_copy(self, t):
         h = torch.empty(t.shape, dtype=t.dtype)
-        self._back.append(lambda: t.copy_(h))
+        self._later(t, lambda: t.detach().copy_(h))
         return h
 
     def scatter_back(self, outs, dtype, device):
@@ -95,12 +106,14 @@ class Stage:
             for o in outs:
                 o.detach().copy_(flat[start:start + o.numel()].view(o.shape))
                 start += o.numel()
-        self._back.append(back)
+        self._later(flat, back)
         return flat
 
     def copy_back(self):
         for fn in self._back:
             fn()
+        for device in self._devices:
+            torch.cuda.synchronize(device)
 
 
 def premul_factor(factor, t, what):

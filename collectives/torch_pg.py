@@ -29,9 +29,11 @@ from .arrays import adapt
 from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout
 from .torch_ops import FutureWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
+from .torch_rooted import RootedCollectives
+from .work import Work
 
 
-class RingzeroProcessGroup(dist.ProcessGroup):
+class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     """A torch ProcessGroup whose collectives run on a ringzero Communicator.
 
     Args:
@@ -98,14 +100,16 @@ class RingzeroProcessGroup(dist.ProcessGroup):
     # ---------------------------------------------------------- collectives
     def allreduce(self, tensors, opts=AllreduceOptions()):
         op, factor = reduce_op(opts.reduceOp, "allreduce")
+        if len(tensors) == 1 and factor is None and not getattr(opts, "asyncOp", True) and tensors[0].is_contiguous():
+            return self._now(lambda: self.comm.all_reduce(tensors[0], op=op, out=tensors[0]), tensors)
         stage = Stage()
         launches = []
         for t in tensors:
             c = stage.inout(t)
             if factor is not None:
                 c.mul_(premul_factor(factor, c, "allreduce"))
-            launches.append(lambda c=c: self.comm.all_reduce(c, op=op, out=c, async_op=True))
-        return self._start(launches, list(tensors), stage)
+            launches.append(lambda a, c=c: self.comm.all_reduce(c, op=op, out=c, async_op=a))
+        return self._start(launches, list(tensors), stage, opts)
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
         return self.allreduce(tensors, opts)
@@ -122,8 +126,8 @@ class RingzeroProcessGroup(dist.ProcessGroup):
                 raise ValueError(f"all_gather_into_tensor on rank {self.comm.rank}: output has {o.numel()} "
                                  f"{o.dtype} elements, input {i.numel()} {i.dtype} (x world size {self.comm.size})")
             x, out = stage.input(i), stage.output(o)
-            launches.append(lambda x=x, out=out: self.comm.all_gather(x, out=out, async_op=True))
-        return self._start(launches, list(outputs), stage)
+            launches.append(lambda a, x=x, out=out: self.comm.all_gather(x, out=out, async_op=a))
+        return self._start(launches, list(outputs), stage, opts)
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
         return self.reduce_scatter_single_coalesced([output], [input], opts)
@@ -139,9 +143,9 @@ class RingzeroProcessGroup(dist.ProcessGroup):
                                  f"{i.dtype} elements, output {o.numel()} {o.dtype} (x world size {self.comm.size})")
             x = i * premul_factor(factor, i, "reduce_scatter") if factor is not None else stage.input(i)
             out, counts = stage.output(o), [o.numel()] * self.comm.size
-            launches.append(lambda x=x, out=out, counts=counts: self.comm.reduce_scatter(
-                x, op=op, out=out, counts=counts, async_op=True))
-        return self._start(launches, list(outputs), stage)
+            launches.append(lambda a, x=x, out=out, counts=counts: self.comm.reduce_scatter(
+                x, op=op, out=out, counts=counts, async_op=a))
+        return self._start(launches, list(outputs), stage, opts)
 
     def allgather(self, output_lists, inputs, opts=AllgatherOptions()):
         same_length(output_lists, inputs, "allgather")
@@ -154,9 +158,9 @@ class RingzeroProcessGroup(dist.ProcessGroup):
             counts = [o.numel() for o in outs]
             flat = stage.scatter_back(outs, i.dtype, i.device)
             x = stage.input(i)
-            launches.append(lambda x=x, flat=flat, counts=counts: self.comm.all_gather(
-                x, out=flat, counts=counts, async_op=True))
-        return self._start(launches, list(output_lists), stage)
+            launches.append(lambda a, x=x, flat=flat, counts=counts: self.comm.all_gather(
+                x, out=flat, counts=counts, async_op=a))
+        return self._start(launches, list(output_lists), stage, opts)
 
     def reduce_scatter(self, outputs, input_lists, opts=ReduceScatterOptions()):
         same_length(outputs, input_lists, "reduce_scatter")
@@ -172,9 +176,9 @@ class RingzeroProcessGroup(dist.ProcessGroup):
             if factor is not None:
                 x.mul_(premul_factor(factor, x, "reduce_scatter"))
             out = stage.output(o)
-            launches.append(lambda x=x, out=out, counts=counts: self.comm.reduce_scatter(
-                x, op=op, out=out, counts=counts, async_op=True))
-        return self._start(launches, list(outputs), stage)
+            launches.append(lambda a, x=x, out=out, counts=counts: self.comm.reduce_scatter(
+                x, op=op, out=out, counts=counts, async_op=a))
+        return self._start(launches, list(outputs), stage, opts)
 
     def broadcast(self, tensors, opts=BroadcastOptions()):
         root = opts.rootRank
@@ -182,11 +186,11 @@ class RingzeroProcessGroup(dist.ProcessGroup):
         launches = []
         for t in tensors:
             c = stage.inout(t)
-            launches.append(lambda c=c: self.comm.broadcast(c, root=root, out=c, async_op=True))
-        return self._start(launches, list(tensors), stage)
+            launches.append(lambda a, c=c: self.comm.broadcast(c, root=root, out=c, async_op=a))
+        return self._start(launches, list(tensors), stage, opts)
 
     def barrier(self, opts=BarrierOptions()):
-        return self._start([lambda: self.comm.barrier(async_op=True)], [], Stage())
+        return self._start([lambda a: self.comm.barrier(async_op=a)], [], Stage(), opts)
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
                           opts=AllToAllOptions()):
@@ -200,9 +204,10 @@ class RingzeroProcessGroup(dist.ProcessGroup):
         if output.dtype != input.dtype:
             raise TypeError(f"all_to_all_single on rank {rank}: output is {output.dtype}, input {input.dtype}")
         stage = Stage()
-        x, out = stage.input(input), stage.output(output)
-        if x.is_cuda:  # MPI's all-to-all moves host memory: stage through it
-            x, out = x.cpu(), stage.host_copy(out)
+        if input.is_cuda:  # MPI's all-to-all moves host memory: stage through it
+            x, out = input.detach().contiguous().cpu(), stage.host_copy(output)
+        else:
+            x, out = stage.input(input), stage.output(output)
         size = x.element_size()
         label = f"all_to_all_single on rank {rank}"
 
@@ -218,19 +223,50 @@ class RingzeroProcessGroup(dist.ProcessGroup):
                     raise CollectiveTimeout(f"{label}: MPI all-to-all not complete after {self.comm.timeout} s")
                 time.sleep(20e-6)
         work = self.comm._engine.submit(body, label)  # the progress thread keeps call order
-        return self._start([lambda: work], [output], stage)
+        return self._start([lambda a: work], [output], stage)
 
     # aliases older torch dispatches to
     _allgather_base = all_gather_single
     _reduce_scatter_base = reduce_scatter_single
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+    alltoall_base = all_to_all_single
 
     # ----------------------------------------------------------- execution
-    def _start(self, launches, outputs, stage):
-        """Launch the async collectives; return a torch Work whose future the last one completes."""
+    def _now(self, call, outputs):
+        """The common blocking call, with nothing to stage: run it here, return it done."""
         fut = torch.futures.Future()
-        works = [launch() for launch in launches]
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001  wait() raises it
+            fut.set_exception(e)
+            return FutureWork(fut)
+        fut.set_result(outputs)
+        return FutureWork(fut)
+
+    def _start(self, launches, outputs, stage, opts=None):
+        """Run the collectives; return a torch Work whose future holds ``outputs``.
+
+        ``dist.all_reduce(t)`` without async_op sets ``opts.asyncOp = False``
+        (torch 2.13; older torch does not say, and gets the async path): then
+        they run on this thread, with no hand-off to the progress thread, and
+        the Work is complete on return. Otherwise they are queued and the last
+        one to finish completes the future on the progress thread.
+        """
+        fut = torch.futures.Future()
+        if not getattr(opts, "asyncOp", True):
+            try:
+                for launch in launches:
+                    result = launch(False)
+                    if isinstance(result, Work):  # all-to-all: always queued
+                        result.wait()
+                stage.copy_back()
+            except Exception as e:  # noqa: BLE001  wait() raises it, as on the async path
+                fut.set_exception(e)
+                return FutureWork(fut)
+            fut.set_result(outputs)
+            return FutureWork(fut)
+        works = [launch(True) for launch in launches]
         lock = threading.Lock()
         left = [len(works)]
         errors: list = []

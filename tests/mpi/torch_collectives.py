@@ -21,12 +21,15 @@ import sys
 import time
 from datetime import timedelta
 
+T_START = time.monotonic()
+
 import numpy as np
 import torch
 import torch.distributed as dist
 
 import collectives.torch_backend  # noqa: F401  registers "ringzero"
 
+T0 = time.monotonic()
 failures: list[str] = []
 if "--init" in sys.argv:
     import torch_init  # this script's folder is on sys.path
@@ -181,10 +184,31 @@ for op_name, op, factor in op_cases(torch.float32):
     dist.reduce_scatter(out, [tensor(a, torch.float32) for a in ins[R]], op=op)
     check(out, reduce([ins[r][R] for r in range(N)], op_name, factor), f"reduce_scatter list {op_name}")
 
+# reduce and gather to every root (the other ranks' tensors stay as they were)
+for root in range(N):
+    for op_name, op, factor in op_cases(torch.float32):
+        base = "sum" if op_name == "premul" else op_name
+        ins = [values(r, 11, root, base) for r in range(N)]
+        t = tensor(ins[R], torch.float32)
+        dist.reduce(t, dst=root, op=op)
+        check(t, reduce(ins, op_name, factor) if R == root else ins[R], f"reduce {op_name} dst={root}")
+    outs = [torch.empty(5, dtype=torch.int64) for _ in range(N)] if R == root else None
+    dist.gather(tensor(values(R, 5, root), torch.int64), outs, dst=root)
+    for r in range(N if R == root else 0):
+        check(outs[r], values(r, 5, root), f"gather[{r}] dst={root}")
+try:
+    dist.send(torch.ones(1), (R + 1) % N)
+    failures.append(f"FAIL rank {R}: send did not raise")
+except NotImplementedError as e:
+    checks += 1
+    if "send" not in str(e):
+        failures.append(f"FAIL rank {R}: send's error does not name it: {e}")
+
 # barrier: nobody leaves before the last one arrives
+dist.barrier()  # everyone starts the clock together (within scheduling noise)
 t0 = time.monotonic()
 if R == N - 1:
-    time.sleep(0.3)
+    time.sleep(0.5)
 dist.barrier()
 if time.monotonic() - t0 < 0.25:
     failures.append(f"FAIL rank {R} barrier returned after {time.monotonic() - t0:.3f} s, before rank {N - 1}")
@@ -208,6 +232,7 @@ except Exception as e:  # noqa: BLE001
     if "BAND" not in str(e):
         failures.append(f"FAIL rank {R} BAND error does not name the op: {e}")
 
+T1 = time.monotonic()
 if "--train" in sys.argv:
     import torch_train
     if torch_train.main():
@@ -216,7 +241,9 @@ if "--train" in sys.argv:
 # a mismatched call raises everywhere, naming ranks, before the timeout
 t0 = time.monotonic()
 try:
-    dist.all_reduce(torch.ones(10 if R == 0 else 11))
+    work = dist.all_reduce(torch.ones(10 if R == 0 else 11), async_op=N == 3)  # 3: the async path's error
+    if work is not None:
+        work.wait()
     failures.append(f"FAIL rank {R}: mismatched all_reduce did not raise")
 except Exception as e:  # noqa: BLE001
     took = time.monotonic() - t0
@@ -225,6 +252,9 @@ except Exception as e:  # noqa: BLE001
         failures.append(f"FAIL rank {R}: mismatch error after {took:.1f} s: {e}")
     print(f"rank {R} mismatch raised after {took:.2f} s: {str(e).splitlines()[0][:200]}", flush=True)
 
+if R == 0:
+    print(f"times: imports+init {T0 - T_START:.1f} s, init cases and matrix {T1 - T0:.1f} s, "
+          f"training {time.monotonic() - T1:.1f} s", flush=True)
 for f in failures[:20]:
     print(f, flush=True)
 if failures:

@@ -1,6 +1,7 @@
 """CUDA tensors through the "ringzero" backend (GPU only; 2+ ranks may share one GPU).
 
     mpirun -n 2 python tests/mpi/torch_cuda_check.py
+    mpirun -n 2 python tests/mpi/torch_cuda_check.py --cpu   # the same checks on CPU tensors (tests the script)
 
 Prints one "PASS <check>" or "FAIL <check>: <why>" line per check on each
 rank, then "OK rank r" if all passed; exits 1 on any FAIL (an exception in a
@@ -22,8 +23,11 @@ import collectives.torch_backend  # noqa: F401  registers "ringzero"
 
 dist.init_process_group(backend="ringzero", timeout=timedelta(seconds=120))
 R, N = dist.get_rank(), dist.get_world_size()
-torch.cuda.set_device(R % torch.cuda.device_count())
-DEV = torch.device("cuda", torch.cuda.current_device())
+if "--cpu" in sys.argv:
+    DEV = torch.device("cpu")
+else:
+    torch.cuda.set_device(R % torch.cuda.device_count())
+    DEV = torch.device("cuda", torch.cuda.current_device())
 failed: list[str] = []
 
 
@@ -108,6 +112,8 @@ def _():
 
 @check("side stream: the collective waits for torch's current stream, and the stream for it")
 def _():
+    if DEV.type == "cpu":
+        return torch.ones(1), torch.ones(1)  # nothing to order on the CPU
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         m = torch.randn(2048, 2048, device=DEV)
@@ -147,7 +153,7 @@ def _():
     from torch.nn.parallel import DistributedDataParallel as DDP
     ref = _model()
     _train(ref, slice(None))
-    model = DDP(_model(), device_ids=[DEV.index])
+    model = DDP(_model(), device_ids=[DEV.index] if DEV.type == "cuda" else None)
     per = 16 // N
     _train(model, slice(R * per, (R + 1) * per))
     return _close([p.detach() for p in model.module.parameters()], [p.detach() for p in ref.parameters()])
@@ -160,7 +166,7 @@ def _():
     ref = _model()
     _train(ref, slice(None))
     model = _model()
-    mesh = init_device_mesh("cuda", (N,))
+    mesh = init_device_mesh(DEV.type, (N,))
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh)

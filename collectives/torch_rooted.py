@@ -1,0 +1,57 @@
+"""The process group's rooted collectives, and clear errors for what it lacks.
+
+``reduce`` and ``gather`` are built from all-reduce and all-gather (every
+rank computes what the root keeps; the others discard it): the ring moves
+the same bytes for a reduce as for an all-reduce's first half and more, but
+correctness and a clear call order come first. Point-to-point and scatter
+have no Communicator counterpart: they raise an error naming the call
+instead of torch's "No backend type associated with device type cpu".
+"""
+from __future__ import annotations
+
+import torch
+from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, GatherOptions, ReduceOptions
+
+
+class RootedCollectives:
+    """Mixin for RingzeroProcessGroup (needs ``allreduce``, ``allgather`` and ``comm``)."""
+
+    def reduce(self, tensors, opts=ReduceOptions()):
+        ar = AllreduceOptions()
+        ar.reduceOp = opts.reduceOp
+        if hasattr(opts, "asyncOp"):
+            ar.asyncOp = opts.asyncOp
+        if self.comm.rank != opts.rootRank:
+            tensors = [t.clone() for t in tensors]  # only the root's tensor changes
+        return self.allreduce(tensors, ar)
+
+    def gather(self, output_lists, inputs, opts=GatherOptions()):
+        ag = AllgatherOptions()
+        if hasattr(opts, "asyncOp"):
+            ag.asyncOp = opts.asyncOp
+        if self.comm.rank != opts.rootRank or not output_lists:
+            output_lists = [[torch.empty_like(i) for _ in range(self.comm.size)] for i in inputs]
+        return self.allgather(output_lists, inputs, ag)
+
+    def _unsupported(self, what):
+        raise NotImplementedError(f"the ringzero backend has no {what} (rank {self.comm.rank}); it runs "
+                                  f"all_reduce, reduce_scatter, all_gather, broadcast, barrier, reduce, gather "
+                                  f"and all_to_all_single")
+
+    def send(self, *args, **kwargs):
+        self._unsupported("send")
+
+    def recv(self, *args, **kwargs):
+        self._unsupported("recv")
+
+    def recv_anysource(self, *args, **kwargs):
+        self._unsupported("recv")
+
+    def scatter(self, *args, **kwargs):
+        self._unsupported("scatter")
+
+    def alltoall(self, *args, **kwargs):
+        self._unsupported("list-form all_to_all (use all_to_all_single)")
+
+    def allgather_coalesced(self, *args, **kwargs):
+        self._unsupported("allgather_coalesced")
