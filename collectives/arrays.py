@@ -34,7 +34,8 @@ class Array:
       flat: a 1-D zero-copy numpy or cupy view of its memory.
       kernels: the kernel set that computes on ``flat``.
       device: True when ``flat`` is device memory (the device transport moves it).
-      kind: the adapter of the caller's library (allocates results of the same kind).
+      kind: the adapter of the caller's library; ``kind.empty(a, n)`` allocates a result
+        of a's kind, dtype and device (n elements, or a's shape when n is None).
       stream: for torch CUDA tensors, the caller's stream ordering (else None).
     """
 
@@ -55,10 +56,6 @@ class Array:
     @property
     def dtype(self) -> np.dtype:
         return self.flat.dtype
-
-    def empty(self, n: int | None = None) -> "Array":
-        """A new array of this one's kind, dtype and device: n elements, or this shape when n is None."""
-        return self.kind.empty(self, n)
 
 
 def adapt(x, name: str = "x", writable: bool = False) -> Array:

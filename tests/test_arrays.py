@@ -457,3 +457,14 @@ def test_kernels_for_knows_torch_without_importing_it():
     assert kernels_for(torch.zeros(3)) is NUMPY_KERNELS and not is_device_array(torch.zeros(3))
     assert is_device_array(FakeCudaTensor(torch.zeros(3)))
     assert kernels_for(np.zeros(3)) is NUMPY_KERNELS and not is_device_array(np.zeros(3))
+
+
+def test_zero_stages_over_the_mpi_baseline(mpi):
+    """Issue 11, defect 8, end to end: ZeroOptimizer at stages 0-3 over algorithm="mpi"
+    (in-place all-reduce, all-gather with x inside out) trains as over the ring."""
+    import json
+    proc = mpi(2, "zero_mpi_baseline.py", timeout=240)
+    res = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in res) == [0, 1], proc.stdout + proc.stderr[-3000:]
+    for r in res:
+        assert r["failures"] == [], r["failures"]
