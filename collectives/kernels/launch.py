@@ -21,7 +21,12 @@ from ..dtypes import DTYPES, dtype_name
 
 VECTOR_BYTES = 16  # one 128-bit load or store per thread and buffer
 BLOCK = 256  # threads per block; the kernels declare __launch_bounds__(256)
-BLOCKS_PER_SM = 8  # 8 x 256 = 2048 resident threads per SM on sm_80/sm_90
+BLOCKS_PER_SM = 8  # the ceiling: 8 x 256 = 2048 resident threads per SM on sm_80/sm_90
+# What one SM holds (sm_80 and sm_90 alike): the limits occupancy() applies.
+SM_REGS = 65536
+SM_THREADS = 2048
+SM_BLOCKS = 32
+REG_ALLOC_UNIT = 256  # registers are handed to warps in units of 256
 REDUCE_OPS = ("sum", "prod", "max", "min")
 SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
           "float64": "f64", "int32": "i32", "int64": "i64"}
@@ -37,6 +42,16 @@ OPTIONS = {
     "cast.cu": ("--std=c++17",),
     "optim.cu": ("--std=c++17", "--fmad=false"),
 }
+# What NVRTC gets on top, spelled out: IEEE division and square root, and
+# subnormals kept. cupy.RawModule appends -ftz=true to every compile, which
+# would flush subnormal inputs and results to zero, so cuda_kernels.py
+# compiles with NVRTC itself and loads the cubin.
+NVRTC_IEEE = ("-ftz=false", "-prec-div=true", "-prec-sqrt=true")
+
+
+def nvrtc_options(file: str, arch: str) -> tuple[str, ...]:
+    """Every option NVRTC compiles ``file`` with for ``arch`` (e.g. "sm_90" or "compute_90")."""
+    return (*OPTIONS[file], *NVRTC_IEEE, f"--gpu-architecture={arch}")
 
 
 def reduce_kernel(op: str, dtype) -> str:
@@ -143,17 +158,38 @@ def split(n: int, addresses, itemsizes, width: int) -> Split:
     return Split(head=head, nvec=nvec, width=width, tail=n - head - nvec * width)
 
 
-def grid_size(split_: Split, sm_count: int, block: int = BLOCK) -> int:
-    """Blocks to launch: enough threads for the larger loop, at most a full device.
+def occupancy(regs_per_thread: int, block: int = BLOCK, shared_bytes: int = 0,
+              sm_shared: int = 228 * 1024) -> int:
+    """Blocks of ``block`` threads one SM runs at once, from the registers a thread uses.
 
-    Grid-stride loops cover whatever the grid does not; capping at
-    BLOCKS_PER_SM blocks per SM keeps every SM full without a tail of
-    nearly empty waves. At least 1, so empty launches stay legal.
+    The same arithmetic as CUDA's occupancy calculator for sm_80/sm_90:
+    each warp gets ``ceil(regs*32 / 256) * 256`` registers out of 64 Ki,
+    and threads (2048), blocks (32) and shared memory cap it too. The
+    device's own cuOccupancyMaxActiveBlocksPerMultiprocessor is preferred
+    (cuda_kernels.py); this is its fallback and what the SASS check uses.
     """
-    if sm_count < 1 or block < 1:
-        raise ValueError(f"bad sm_count={sm_count} or block={block}")
+    if regs_per_thread < 1 or block < 1:
+        raise ValueError(f"bad regs_per_thread={regs_per_thread} or block={block}")
+    warps = math.ceil(block / 32)
+    per_warp = math.ceil(regs_per_thread * 32 / REG_ALLOC_UNIT) * REG_ALLOC_UNIT
+    by_regs = SM_REGS // (per_warp * warps)
+    by_shared = sm_shared // shared_bytes if shared_bytes else SM_BLOCKS
+    return max(0, min(by_regs, SM_THREADS // block, SM_BLOCKS, by_shared))
+
+
+def grid_size(split_: Split, sm_count: int, block: int = BLOCK, blocks_per_sm: int = BLOCKS_PER_SM) -> int:
+    """Blocks to launch: enough threads for the larger loop, at most one full wave.
+
+    Grid-stride loops cover whatever the grid does not. ``blocks_per_sm``
+    is how many blocks of this kernel an SM holds at once (its occupancy,
+    from its register count); capping the grid at one wave of them avoids
+    a full wave followed by a ragged second one. At least 1, so empty
+    launches stay legal.
+    """
+    if sm_count < 1 or block < 1 or blocks_per_sm < 1:
+        raise ValueError(f"bad sm_count={sm_count}, block={block} or blocks_per_sm={blocks_per_sm}")
     work = max(split_.nvec, split_.head + split_.tail)
-    return max(1, min(math.ceil(work / block), sm_count * BLOCKS_PER_SM))
+    return max(1, min(math.ceil(work / block), sm_count * blocks_per_sm))
 
 
 @dataclass(frozen=True)
@@ -165,12 +201,22 @@ class Launch:
     split: Split
 
 
-def plan(name: str, n: int, arrays: list[tuple[int, int]], sm_count: int, width: int | None = None) -> Launch:
-    """Launch for kernel ``name`` over n elements of ``arrays`` = [(address, itemsize), ...]."""
+def plan(name: str, n: int, arrays: list[tuple[int, int]], sm_count: int, width: int | None = None,
+         blocks_per_sm: int = BLOCKS_PER_SM) -> Launch:
+    """Launch for kernel ``name`` over n elements of ``arrays`` = [(address, itemsize), ...].
+
+    Args:
+      name: the kernel.
+      n: elements per buffer.
+      arrays: (byte address, element size) of each buffer the kernel touches.
+      sm_count: multiprocessors on the device.
+      width: elements per vector (default: from the element sizes).
+      blocks_per_sm: the kernel's occupancy (see :func:`occupancy`).
+    """
     sizes = [s for _, s in arrays]
     w = vector_width(*sizes) if width is None else width
     sp = split(n, [a for a, _ in arrays], sizes, w)
-    return Launch(name=name, grid=grid_size(sp, sm_count), block=BLOCK, split=sp)
+    return Launch(name=name, grid=grid_size(sp, sm_count, BLOCK, blocks_per_sm), block=BLOCK, split=sp)
 
 
 # ---------------------------------------------------------------- bandwidth

@@ -1,0 +1,150 @@
+"""CudaKernels' host-side logic, driven through a fake cupy (no GPU needed).
+
+What a first run on a GPU would have tripped over, checked here:
+- copy() with a numpy 2 array on one side (numpy 2 arrays have .device too);
+- the kernels are compiled with NVRTC without -ftz=true (cupy.RawModule
+  appends it), for the device's own sm_XY, and loaded as a cubin;
+- grids are one wave of the kernel's occupancy as the driver reports it,
+  not a fixed 8 blocks per SM.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from collectives.kernels import launch
+from collectives.kernels.cuda_kernels import CudaKernels
+
+
+class FakeDeviceArray:
+    """A host array dressed as a cupy array: .data.ptr, .device.id."""
+
+    def __init__(self, a: np.ndarray):
+        self.a = a
+        self.data = SimpleNamespace(ptr=a.ctypes.data)
+        self.device = SimpleNamespace(id=0)
+        self.dtype, self.size, self.nbytes, self.flags = a.dtype, a.size, a.nbytes, a.flags
+
+    def reshape(self, *shape):
+        return self
+
+
+class FakeCupy:
+    def __init__(self, occupancy: int = 5, archs=(75, 80, 86, 89, 90)):
+        self.calls = []
+        me = self
+
+        class Device:
+            compute_capability = "90"
+
+            def __init__(self, dev=0):
+                self.id = dev
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        class NVRTCError(RuntimeError):
+            pass
+
+        class Function:
+            def __init__(self, name):
+                self.name, self.ptr = name, 1234
+
+            def __call__(self, grid, block, args, shared_mem=0, stream=None):
+                me.calls.append(("launch", self.name, grid, block, args))
+
+        class Module:
+            def load(self, image):
+                me.calls.append(("load", image))
+
+            def get_function(self, name):
+                return Function(name)
+
+        nvrtc = SimpleNamespace(
+            NVRTCError=NVRTCError, getSupportedArchs=lambda: archs, getVersion=lambda: (13, 0),
+            createProgram=lambda src, name, h, i: me.calls.append(("create", name)) or 7,
+            compileProgram=lambda prog, opts: me.calls.append(("compile", tuple(opts))),
+            getCUBIN=lambda prog: b"CUBIN", getPTX=lambda prog: b"PTX",
+            destroyProgram=lambda prog: None, getProgramLog=lambda prog: "")
+        driver = SimpleNamespace(
+            occupancyMaxActiveBlocksPerMultiprocessor=lambda f, block, smem: occupancy,
+            funcGetAttribute=lambda attr, f: 40)
+        runtime = SimpleNamespace(
+            getDeviceProperties=lambda dev: {"multiProcessorCount": 132},
+            memcpyAsync=lambda dst, src, n, kind, stream: me.calls.append(("memcpy", dst, src, n)))
+        self.cuda = SimpleNamespace(Device=Device, nvrtc=nvrtc, driver=driver, runtime=runtime,
+                                    function=SimpleNamespace(Module=Module),
+                                    Stream=SimpleNamespace(null=SimpleNamespace(ptr=0)))
+
+
+def test_copy_between_numpy2_host_array_and_device_array():
+    """numpy >= 2 arrays have a .device attribute; copy() must not take them for cupy arrays."""
+    cp = FakeCupy()
+    k = CudaKernels(cp)
+    host = np.arange(10, dtype=np.float32)
+    dev = FakeDeviceArray(np.zeros(10, np.float32))
+    k.copy(host, dev)  # down
+    k.copy(dev, host)  # up
+    assert cp.calls == [("memcpy", host.ctypes.data, dev.data.ptr, 40),
+                        ("memcpy", dev.data.ptr, host.ctypes.data, 40)]
+    with pytest.raises(ValueError, match="both arrays are host memory"):
+        k.copy(host, host.copy())
+
+
+def test_kernels_compile_without_flush_to_zero_for_the_device_arch():
+    cp = FakeCupy()
+    k = CudaKernels(cp)
+    a, b, out = (FakeDeviceArray(np.ones(1000, np.float32)) for _ in range(3))
+    k.reduce("sum", a, b, out)
+    compiles = [c[1] for c in cp.calls if c[0] == "compile"]
+    assert len(compiles) == 1
+    opts = compiles[0]
+    assert "-ftz=false" in opts and "-ftz=true" not in opts
+    assert "--gpu-architecture=sm_90" in opts and "-prec-div=true" in opts and "-prec-sqrt=true" in opts
+    assert ("load", b"CUBIN") in cp.calls
+    assert k.compiled_with[(0, "reduce.cu")] == opts
+    # optim.cu keeps its own options (no multiply-add contraction) on top
+    k.adamw_step(a, b, out, FakeDeviceArray(np.ones(1000, np.float32)), lr=1e-3, beta1=0.9,
+                 beta2=0.999, eps=1e-8, weight_decay=0.0, step=1)
+    opts = [c[1] for c in cp.calls if c[0] == "compile"][1]
+    assert "--fmad=false" in opts and "-ftz=false" in opts
+
+
+def test_device_newer_than_nvrtc_gets_ptx_for_the_newest_arch_nvrtc_knows():
+    cp = FakeCupy(archs=(75, 80, 86))
+    k = CudaKernels(cp)
+    a = FakeDeviceArray(np.ones(100, np.float32))
+    k.scale(a, 2)
+    opts = [c[1] for c in cp.calls if c[0] == "compile"][0]
+    assert "--gpu-architecture=compute_86" in opts
+    assert ("load", b"PTX") in cp.calls
+
+
+@pytest.mark.parametrize("occ", [5, 6, 8])
+def test_grid_is_one_wave_of_the_kernels_occupancy(occ):
+    cp = FakeCupy(occupancy=occ)
+    k = CudaKernels(cp)
+    n = 1 << 22  # far more vectors than one wave of threads
+    a, b, out = (FakeDeviceArray(np.ones(n, np.float32)) for _ in range(3))
+    k.reduce("sum", a, b, out)
+    launches = [c for c in cp.calls if c[0] == "launch"]
+    assert launches[0][2] == (132 * occ,) and launches[0][3] == (launch.BLOCK,)
+    assert k.blocks_per_sm(0, "rz_reduce_sum_f32") == occ
+
+
+def test_occupancy_calculator():
+    """The register arithmetic of sm_80/sm_90 (64 Ki registers, 256-register units per warp)."""
+    assert launch.occupancy(32) == 8      # 2048 threads is the cap
+    assert launch.occupancy(40) == 6      # 1280 regs a warp, 10240 a block
+    assert launch.occupancy(44) == 5      # 1408 -> 1536 a warp, 12288 a block
+    assert launch.occupancy(64) == 4
+    assert launch.occupancy(255) == 1
+    assert launch.occupancy(32, block=64) == 32
+    assert launch.occupancy(32, shared_bytes=100 * 1024) == 2
+    with pytest.raises(ValueError):
+        launch.occupancy(0)
