@@ -128,12 +128,18 @@ class CupyBackend:
     def is_device(self, buf) -> bool:
         return type(buf).__module__.startswith("cupy")
 
-    def _stream(self, dev: int):
-        s = self._copy_streams.get(dev)
+    def _stream(self, dev: int, direction: str):
+        """The copy stream of one direction ("d2h" or "h2d") on ``dev``: two, so that
+        uploads never queue behind downloads (the copy engines run both at once)."""
+        s = self._copy_streams.get((dev, direction))
         if s is None:
             with self.cp.cuda.Device(dev):
-                s = self._copy_streams[dev] = self.cp.cuda.Stream(non_blocking=True)
+                s = self._copy_streams[(dev, direction)] = self.cp.cuda.Stream(non_blocking=True)
         return s
+
+    def streams_used(self) -> list:
+        """The copy streams made so far, as (device, direction, stream pointer)."""
+        return [(dev, d, s.ptr) for (dev, d), s in self._copy_streams.items()]
 
     def record(self, buf) -> _CudaEvent:
         """An event after everything queued so far on buf's device's default stream."""
@@ -153,7 +159,7 @@ class CupyBackend:
     def _copy(self, dst_ptr, src_ptr, nbytes, kind, dev, after):
         cp = self.cp
         with cp.cuda.Device(dev):
-            s = self._stream(dev)
+            s = self._stream(dev, "d2h" if kind == 2 else "h2d")
             s.wait_event(after.ev)
             if nbytes:
                 cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, kind, s.ptr)
