@@ -47,3 +47,32 @@ def test_sources_have_no_host_includes():
         for line in p.read_text().splitlines():
             if line.strip().startswith("#include"):
                 assert '"' in line, f"{p.name}: {line.strip()} (NVRTC has no system headers)"
+
+
+def test_wheel_ships_csrc_inside_the_package(tmp_path):
+    """`pip wheel .` puts the kernels' sources in collectives/kernels/csrc/, not in a
+    top-level csrc/ folder, and an installed copy finds them there."""
+    import sys
+    import zipfile
+    root = tmp_path / "src"  # a copy: building in place would leave build/ and *.egg-info behind
+    root.mkdir()
+    for part in ("setup.py", "csrc", "collectives", "sharding"):
+        src = launch.CSRC.parent / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / part, **({"ignore": shutil.ignore_patterns("__pycache__")} if src.is_dir() else {}))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-index", "-w", str(tmp_path), str(root)],
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (whl,) = tmp_path.glob("ringzero-*.whl")
+    names = zipfile.ZipFile(whl).namelist()
+    want = sorted(f"collectives/kernels/csrc/{p.name}" for p in launch.CSRC.glob("*.cu*"))
+    assert sorted(n for n in names if "csrc" in n) == want
+    assert not [n for n in names if n.startswith("csrc/") or n.startswith("../")]
+    site = tmp_path / "site"
+    zipfile.ZipFile(whl).extractall(site)
+    probe = ("from collectives.kernels import launch; from collectives.kernels.cuda_kernels import kernel_source;"
+             "print(launch.CSRC); assert 'rz_reduce' in kernel_source('reduce.cu')")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(site / "collectives" / "kernels" / "csrc")

@@ -148,3 +148,25 @@ def test_occupancy_calculator():
     assert launch.occupancy(32, shared_bytes=100 * 1024) == 2
     with pytest.raises(ValueError):
         launch.occupancy(0)
+
+
+def test_gpu_wheels_match_one_cuda_major_and_bring_nvrtc():
+    """cupy-cuda12x on a CUDA-13-only machine finds no libnvrtc.so.12: each extra pairs a
+    cupy and an NCCL wheel of one CUDA major, with [ctk] (NVRTC as a wheel); the default
+    `gpu` extra and requirements-gpu.txt are CUDA 13, the lent machines' major."""
+    import ast
+    import re
+    root = launch.CSRC.parent
+    tree = ast.parse((root / "setup.py").read_text())
+    gpu = next(ast.literal_eval(n.value) for n in ast.walk(tree)
+               if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "GPU")
+    assert set(gpu) == {"12", "13"}
+    for major, reqs in gpu.items():
+        cupy = [r for r in reqs if r.startswith("cupy")]
+        nccl = [r for r in reqs if r.startswith("nvidia-nccl")]
+        assert len(cupy) == 1 and cupy[0].startswith(f"cupy-cuda{major}x[ctk]"), reqs
+        assert len(nccl) == 1 and nccl[0].startswith(f"nvidia-nccl-cu{major}"), reqs
+    lines = [ln.strip() for ln in (root / "requirements-gpu.txt").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines == gpu["13"]
+    assert re.search(r'"gpu": GPU\["13"\]', (root / "setup.py").read_text())

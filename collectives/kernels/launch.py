@@ -32,7 +32,19 @@ SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
           "float64": "f64", "int32": "i32", "int64": "i64"}
 CASTS = (("float32", "bfloat16"), ("float32", "float16"), ("bfloat16", "float32"), ("float16", "float32"))
 LOWP = (None, "bfloat16", "float16")
-CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
+
+
+def _csrc() -> Path:
+    """The CUDA sources: csrc/ at the repository's top in a checkout (or an editable
+    install); collectives/kernels/csrc/ inside an installed package (setup.py copies it)."""
+    top = Path(__file__).resolve().parent.parent.parent / "csrc"
+    if (top / "rz_common.cuh").is_file():
+        return top
+    from importlib.resources import files
+    return Path(str(files("collectives.kernels") / "csrc"))
+
+
+CSRC = _csrc()
 
 # Compile options, shared by NVRTC (cupy.RawModule) and the nvcc check.
 # optim.cu must not contract a*b+c into FMA: its result is compared bit for
