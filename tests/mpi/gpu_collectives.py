@@ -114,7 +114,7 @@ for mode in modes:
     ok, why = True, ""
     t0 = time.perf_counter()
     dt = make_device_transport(MpiTransport(world), mode)
-    comm = Communicator(transport=dt, timeout=20, chunk_bytes=64 * 1024)
+    comm = Communicator(transport=dt, timeout=20, chunk_bytes=256 * 1024)  # several chunks at 1M elements
     try:
         check_all(comm)
     except Exception as e:  # the other rank times out of its collective and reports too
