@@ -130,7 +130,7 @@ except Exception as e:
     print("torch:", e)
 try:
     from mpi4py import MPI
-    print("MPI library:", MPI.Get_library_version().splitlines()[0])
+    print("MPI library:", MPI.Get_library_version().replace(chr(0), '').splitlines()[0])
 except Exception as e:
     print("MPI library: NONE behind mpi4py:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 EOF_PY
@@ -186,7 +186,7 @@ else
     fi
 fi
 if [ "$MPI_OK" = 1 ]; then
-    result PASS "prereq: mpirun -n 2 gives a 2-rank world ($("$PY" -c "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"))"
+    result PASS "prereq: mpirun -n 2 gives a 2-rank world ($("$PY" -c "from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), '').splitlines()[0])"))"
 else
     result FAIL "prereq: no working MPI even after the carried wheels: the ring, zero and torch steps are skipped"
 fi

@@ -170,3 +170,41 @@ def test_gpu_wheels_match_one_cuda_major_and_bring_nvrtc():
              if ln.strip() and not ln.startswith("#")]
     assert lines == gpu["13"]
     assert re.search(r'"gpu": GPU\["13"\]', (root / "setup.py").read_text())
+
+
+def test_staged_copies_use_one_stream_per_direction():
+    """Uploads must not queue behind downloads: CupyBackend's d2h and h2d go on two streams."""
+    from collectives.transport.device import CupyBackend
+
+    memcpys, counter = [], iter(range(100, 200))
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            self.ptr = next(counter)
+
+        def wait_event(self, ev):
+            pass
+
+    class Event:
+        def __init__(self, disable_timing=False):
+            self.done = True
+
+        def record(self, stream=None):
+            pass
+
+    cp = FakeCupy()
+    cp.cuda.Stream, cp.cuda.Event = Stream, Event
+    Stream.null = SimpleNamespace(ptr=0)
+    cp.cuda.runtime.memcpyAsync = lambda dst, src, n, kind, stream: memcpys.append((kind, stream))
+    b = CupyBackend.__new__(CupyBackend)
+    b.cp, b._copy_streams, b._opened, b._libcuda = cp, {}, {}, None
+    dev = FakeDeviceArray(np.zeros(64, np.uint8))
+    host = np.zeros(64, np.uint8)
+    ready = b.record(dev)
+    for _ in range(2):
+        b.d2h(host, dev, ready)
+        b.h2d(dev, host, ready)
+    down = {s for kind, s in memcpys if kind == 2}
+    up = {s for kind, s in memcpys if kind == 1}
+    assert len(down) == 1 and len(up) == 1 and down != up, memcpys
+    assert sorted(d for _, d, _ in b.streams_used()) == ["d2h", "h2d"]
