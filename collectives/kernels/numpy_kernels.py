@@ -44,9 +44,9 @@ class NumpyKernels:
 
     def scale(self, x: np.ndarray, divisor: int) -> None:
         """x /= divisor in place (the second half of avg). Integers truncate toward zero."""
-        if x.dtype.kind in "iu":
-            q = np.abs(x) // divisor
-            np.copyto(x, np.where(x < 0, -q, q).astype(x.dtype))
+        if x.dtype.kind in "iu":  # C division; abs() would overflow at the type's minimum
+            d = x.dtype.type(divisor)
+            np.copyto(x, (x // d + ((x % d != 0) & (x < 0))).astype(x.dtype))
         elif dtype_name(x.dtype) in HALF:
             x[...] = (x.astype(np.float32) / np.float32(divisor)).astype(x.dtype)
         else:
