@@ -1,5 +1,6 @@
 """Every .cu file in csrc/ compiles with nvcc for sm_90, with the options
-NVRTC gets at run time, and defines every kernel name launch.py asks for.
+NVRTC gets at run time (launch.nvrtc_options), and defines every kernel name
+launch.py asks for; and a built wheel carries the sources.
 
 One nvcc invocation per file (to a cubin, so ptxas runs too). Skipped, with
 the reason printed, only where nvcc is missing.
@@ -32,7 +33,8 @@ def test_nvcc_compiles_for_sm90(file, tmp_path):
     src = tmp_path / file
     src.write_text(kernel_source(file))
     out = tmp_path / (file + ".cubin")
-    cmd = [NVCC, "-arch=sm_90", "--cubin", "-Werror", "all-warnings", *launch.OPTIONS[file],
+    # the options NVRTC gets (no flush to zero, IEEE division and square root), for sm_90
+    cmd = [NVCC, "--cubin", "-Werror", "all-warnings", *launch.nvrtc_options(file, "sm_90"),
            "-o", str(out), str(src)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"

@@ -27,6 +27,10 @@ SM_REGS = 65536
 SM_THREADS = 2048
 SM_BLOCKS = 32
 REG_ALLOC_UNIT = 256  # registers are handed to warps in units of 256
+# The fewest resident blocks of BLOCK threads per SM a kernel may leave (its registers
+# decide): below half an SM's threads, too few 16-byte loads are in flight to cover
+# HBM latency. tests/test_cuda_sass.py checks every kernel against it.
+MIN_BLOCKS_PER_SM = 4
 REDUCE_OPS = ("sum", "prod", "max", "min")
 SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
           "float64": "f64", "int32": "i32", "int64": "i64"}
