@@ -10,8 +10,8 @@
 #   facts       15 s   nvidia-smi, python3 and its torch/cupy/numpy/mpi4py, MPI library, mpirun, nvcc
 #   prereq     ~10 s   carried wheels installed only for what is missing (Open MPI, mpi4py); cupy
 #                      sees a GPU (else: stop here, fast, with a clear message); mpirun -n 2 works
-#   kernels     50 s   GPU tests: every kernel bit for bit against numpy (offsets, head/tail,
-#                      subnormals, NaN/Inf), fake-GPU transport and host-path tests
+#   kernels     60 s   GPU tests: every kernel bit for bit against numpy (offsets, head/tail,
+#                      subnormals, NaN/Inf), fake-GPU transport and host-path tests, SASS checks
 #   defects     25 s   review defects only a GPU shows: flush-to-zero, copy() from numpy 2 arrays,
 #                      occupancy vs grid, registers and local memory (spills) per kernel
 #   bandwidth   35 s   reduce / cast / fused AdamW GB/s vs a device-to-device copy in the same run
@@ -195,7 +195,7 @@ fi
 # ------------------------------------------------------- the other steps
 step_kernels() {
     RZ_REQUIRE_GPU=1 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cuda_kernels.py tests/test_cuda_host_paths.py \
-        tests/test_cuda_transport.py tests/test_kernels_launch.py 2>&1 | tail -30
+        tests/test_cuda_transport.py tests/test_kernels_launch.py tests/test_cuda_sass.py 2>&1 | tail -30
     local s=${PIPESTATUS[0]}
     if [ "$s" = 0 ]; then echo "PASS kernels: every GPU kernel test passed (bit for bit vs numpy, subnormals too)"
     else echo "FAIL kernels: pytest exit status $s (failures above)"; fi
@@ -215,7 +215,7 @@ step_torch() {
 export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch
 export PATH PYTHONPATH
 
-run_step kernels 50 step_kernels
+run_step kernels 60 step_kernels
 run_step defects 25 step_defects
 run_step bandwidth 35 step_bandwidth
 if [ "$MPI_OK" = 1 ]; then
