@@ -15,7 +15,7 @@ Grids are sized from each kernel's occupancy as the driver reports it
 Streams: every kernel and copy goes on the device's legacy default stream,
 the one cupy uses unless told otherwise, so a collective is ordered after
 the user's earlier work on that stream and before their later work, and
-the device transport (transport/device.py) can order its copies against
+the device transport (transport/device/) can order its copies against
 it with events.
 
 Importing this module needs no cupy; :func:`cuda_kernels` raises a clear
