@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 
 from .backend import CupyBackend
-from .detect import MODES, choose_mode
+from .detect import MODES, SETUP_TIMEOUT, choose_mode
 from .protocols import _OPS, ACK_TAG_OFFSET
 
 
@@ -120,16 +120,18 @@ class _HostHandle:
         self.req = req
 
 
-def make_device_transport(host_transport, mode: str = "auto", *, backend=None) -> DeviceTransport:
+def make_device_transport(host_transport, mode: str = "auto", *, backend=None,
+                          timeout: float = SETUP_TIMEOUT) -> DeviceTransport:
     """The device transport over ``host_transport`` (returned as is if it already is one).
 
     Args:
       host_transport: an MpiTransport (or any transport, with an explicit mode).
       mode: "auto" (see choose_mode), "cuda_aware", "ipc" or "staged".
       backend: the GPU calls; CupyBackend unless a test passes a fake.
+      timeout: seconds every rank has to join the "auto" agreement (then CollectiveError).
     """
     if isinstance(host_transport, DeviceTransport):
         return host_transport
     if backend is None:
         backend = CupyBackend()
-    return DeviceTransport(host_transport, choose_mode(host_transport, mode), backend)
+    return DeviceTransport(host_transport, choose_mode(host_transport, mode, timeout), backend)
