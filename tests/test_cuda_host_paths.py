@@ -208,3 +208,90 @@ def test_staged_copies_use_one_stream_per_direction():
     up = {s for kind, s in memcpys if kind == 1}
     assert len(down) == 1 and len(up) == 1 and down != up, memcpys
     assert sorted(d for _, d, _ in b.streams_used()) == ["d2h", "h2d"]
+
+
+class _IpcFake:
+    """cupy's IPC calls, recorded; allocations are (start, size, buffer id) ranges."""
+
+    def __init__(self):
+        self.calls, self.allocs, self.next_base = [], [], 0x7000_0000
+        cp = FakeCupy()
+        me = self
+
+        class Event:
+            def __init__(self, disable_timing=False):
+                self.synced = False
+
+            def record(self, stream=None):
+                pass
+
+            def synchronize(self):
+                self.synced = True
+                me.calls.append(("sync", self))
+
+        cp.cuda.Event = Event
+        cp.cuda.runtime.ipcGetMemHandle = lambda ptr: me.calls.append(("get", ptr)) or ptr.to_bytes(8, "little") * 8
+        cp.cuda.runtime.ipcOpenMemHandle = lambda h, flags: me.calls.append(("open", h)) or me._new_base()
+        cp.cuda.runtime.ipcCloseMemHandle = lambda base: me.calls.append(("close", base))
+        cp.cuda.runtime.memcpyAsync = lambda dst, src, n, kind, stream: me.calls.append(("copy", src, n))
+        self.cp = cp
+
+    def _new_base(self):
+        self.next_base += 1 << 20
+        return self.next_base
+
+    def backend(self):
+        from collectives.transport.device import CupyBackend
+        b = CupyBackend.__new__(CupyBackend)
+        b.cp, b._copy_streams, b._libcuda = self.cp, {}, None
+        from collections import OrderedDict
+        b._opened, b._owners, b._exports = OrderedDict(), {}, OrderedDict()
+        b._range = lambda ptr: next((s, n, i) for s, n, i in self.allocs if s <= ptr < s + n)
+        return b
+
+    def count(self, kind):
+        return sum(1 for c in self.calls if c[0] == kind)
+
+
+def _slice(ptr):
+    return SimpleNamespace(data=SimpleNamespace(ptr=ptr), device=SimpleNamespace(id=0))
+
+
+def test_ipc_exports_are_cached_per_allocation():
+    f = _IpcFake()
+    b = f.backend()
+    f.allocs = [(0x1000, 4096, 1)]
+    got = [b.export(_slice(0x1000 + 256 * i)) for i in range(10)]
+    assert f.count("get") == 1, "one ipcGetMemHandle per allocation, not per message"
+    assert [o for _, o, _ in got] == [256 * i for i in range(10)] and {s for _, _, s in got} == {0x1000}
+    f.allocs = [(0x1000, 4096, 2)]  # freed and allocated again at the same address: a new buffer id
+    b.export(_slice(0x1100))
+    assert f.count("get") == 2
+
+
+def test_ipc_mappings_are_bounded_and_closed_after_their_last_copy():
+    from collectives.transport.device import backend as be
+    f = _IpcFake()
+    b = f.backend()
+    dst = FakeDeviceArray(np.zeros(16, np.uint8))
+    for i in range(be.MAX_CACHED + 5):
+        b.pull(dst, i.to_bytes(8, "little") * 8, 0, 16, owner=(1, 0x1000 * (i + 1)))
+    assert b.mappings() == be.MAX_CACHED and f.count("open") == be.MAX_CACHED + 5 and f.count("close") == 5
+    order = [c[0] for c in f.calls if c[0] in ("sync", "close")]
+    assert order == ["sync", "close"] * 5, "a mapping is closed only after the copy from it finished"
+    b.close()
+    assert b.mappings() == 0 and f.count("close") == be.MAX_CACHED + 5
+
+
+def test_ipc_mapping_released_when_the_peer_reallocates_the_address():
+    f = _IpcFake()
+    b = f.backend()
+    dst = FakeDeviceArray(np.zeros(16, np.uint8))
+    old, new = b"a" * 64, b"b" * 64
+    b.pull(dst, old, 0, 16, owner=(1, 0x5000))
+    b.pull(dst, old, 8, 8, owner=(1, 0x5000))  # cached: no second open
+    assert f.count("open") == 1 and f.count("close") == 0
+    b.pull(dst, new, 0, 16, owner=(1, 0x5000))  # same peer and start, new handle: the old one was freed
+    assert f.count("open") == 2 and f.count("close") == 1 and b.mappings() == 1
+    b.pull(dst, old.replace(b"a", b"c"), 0, 16, owner=(2, 0x5000))  # another peer's allocation: kept apart
+    assert b.mappings() == 2

@@ -75,9 +75,9 @@ class FakeBackend:
         root = _root(buf)
         key = id(root).to_bytes(8, "little") * 8
         FakeBackend.registry[key] = root
-        return key, buf.ctypes.data - root.ctypes.data
+        return key, buf.ctypes.data - root.ctypes.data, root.ctypes.data
 
-    def pull(self, dst, handle, offset, nbytes):
+    def pull(self, dst, handle, offset, nbytes, owner=None):
         self.counts["pull"] += 1
         src = FakeBackend.registry[handle].reshape(-1).view(np.uint8)[offset:offset + nbytes].copy()
         return _LazyEvent(self.polls, lambda: dst.view(np.uint8).__setitem__(slice(0, nbytes), src))

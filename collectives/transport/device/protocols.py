@@ -87,9 +87,11 @@ class _DirectRecv(_Op):
             self.done = True
 
 
-def _ctrl(nbytes: int, offset: int, handle: bytes) -> np.ndarray:
+def _ctrl(nbytes: int, offset: int, handle: bytes, start: int = 0) -> np.ndarray:
+    """The IPC control message: nbytes, offset, the allocation's start in the sender, a spare
+    word, the 64-byte handle."""
     msg = np.zeros(_CTRL_WORDS, np.int64)
-    msg[0], msg[1] = nbytes, offset
+    msg[0], msg[1], msg[2] = nbytes, offset, np.uint64(start).astype(np.int64)
     raw = np.frombuffer(handle.ljust(64, b"\0")[:64], np.int64)
     msg[4:] = raw
     return msg
@@ -103,8 +105,8 @@ class _IpcSend(_Op):
     def step(self):
         t = self.t
         if not self.ordered and self.ready.done():
-            handle, offset = t.backend.export(self.buf) if self.nbytes else (b"", 0)
-            self.msg = _ctrl(self.nbytes, offset, handle)
+            handle, offset, start = t.backend.export(self.buf) if self.nbytes else (b"", 0, 0)
+            self.msg = _ctrl(self.nbytes, offset, handle, start)
             self.ack = np.zeros(1, np.int64)
             self.reqs += [t.host.isend(self.msg, self.peer, self.tag),
                           t.host.irecv(self.ack, self.peer, self.tag + ACK_TAG_OFFSET)]
@@ -132,7 +134,8 @@ class _IpcRecv(_Op):
                 raise CollectiveError(f"rank {t.rank}: message from rank {self.peer} (tag {self.tag}) has "
                                       f"{nbytes} bytes, the receive has room for {self.nbytes}")
             handle = self.msg[4:].tobytes()
-            self.copied = t.backend.pull(self.buf, handle, offset, nbytes) if nbytes else _Ready()
+            owner = (self.peer, int(self.msg[2]))
+            self.copied = t.backend.pull(self.buf, handle, offset, nbytes, owner) if nbytes else _Ready()
         if self.acked is None and self.copied.done():
             self.ack = np.ones(1, np.int64)
             self.acked = t.host.isend(self.ack, self.peer, self.tag + ACK_TAG_OFFSET)
