@@ -138,9 +138,13 @@ _CTYPE = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64
           np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
 
 
+def _is_array(a) -> bool:
+    return isinstance(a, HostArray) or (hasattr(a, "data") and hasattr(a.data, "ptr") and hasattr(a, "dtype"))
+
+
 def _param(a):
     """The argument as the driver would see it: (ctypes value, its size) - cupy's conversions."""
-    if isinstance(a, HostArray):
+    if _is_array(a):
         return ctypes.c_void_p(a.data.ptr)
     if isinstance(a, np.generic):
         return _CTYPE[a.dtype](a.item())
@@ -179,7 +183,7 @@ class HostFunction:
 
     def _check_alignment(self, args):
         """Vector accesses at [head, head + nvec*V) must be aligned: on the GPU they fault otherwise."""
-        arrays = [a for a in args if isinstance(a, HostArray)]
+        arrays = [a for a in args if _is_array(a)]
         ints = [a for a in args if isinstance(a, np.int64)]
         n, head, nvec = (int(x) for x in ints[:3])
         if nvec == 0:

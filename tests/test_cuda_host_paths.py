@@ -19,7 +19,9 @@ from collectives.kernels.cuda_kernels import CudaKernels
 
 
 class FakeDeviceArray:
-    """A host array dressed as a cupy array: .data.ptr, .device.id."""
+    """A host array dressed as a cupy array: .data.ptr, .device.id, a type from a "cupy" module."""
+
+    __module__ = "cupy_fake"
 
     def __init__(self, a: np.ndarray):
         self.a = a

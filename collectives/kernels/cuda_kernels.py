@@ -30,7 +30,7 @@ import threading
 import numpy as np
 
 from ..dtypes import dtype_name
-from . import launch
+from . import is_device_array, launch
 from .reference import adamw_scalars, sgd_scalars
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
@@ -190,15 +190,17 @@ class CudaKernels:
             raise ValueError(f"copy: {dst.nbytes} bytes into {src.nbytes}")
         if dst.nbytes == 0:
             return
-        # numpy 2 arrays have a .device attribute too ("cpu"): test the type.
-        if isinstance(dst, np.ndarray) and isinstance(src, np.ndarray):
+        # numpy 2 arrays have a .device attribute too ("cpu"): ask what the array is.
+        on_dst, on_src = is_device_array(dst), is_device_array(src)
+        if not (on_dst or on_src):
             raise ValueError("copy: both arrays are host memory; one must be on a device")
-        def ptr(x):
-            return x.ctypes.data if isinstance(x, np.ndarray) else x.data.ptr
-        dev = src.device.id if isinstance(dst, np.ndarray) else dst.device.id
+
+        def ptr(x, on_device):
+            return x.data.ptr if on_device else x.ctypes.data
+        dev = dst.device.id if on_dst else src.device.id
         cp = self._cp
         with cp.cuda.Device(dev):
-            cp.cuda.runtime.memcpyAsync(ptr(dst), ptr(src), dst.nbytes, _MEMCPY_DEFAULT,
+            cp.cuda.runtime.memcpyAsync(ptr(dst, on_dst), ptr(src, on_src), dst.nbytes, _MEMCPY_DEFAULT,
                                         cp.cuda.Stream.null.ptr)
         self._used.add(dev)
 

@@ -1,6 +1,9 @@
 """ZeRO training on the GPU against the same training on the CPU (run by bench/gpu_check.sh).
 
-    mpirun -n 2 python tests/mpi/zero_gpu.py
+    mpirun -n 2 python tests/mpi/zero_gpu.py [MODE]
+
+MODE: the device transport ("auto", the default, is what users get: IPC on one node;
+"staged" or "cuda_aware" for a dry run on the host stand-in bench/cupy_on_host).
 
 For every stage (0-3) and optimizer (SGD with nesterov momentum, AdamW), the
 model of examples/model.py trains 3 steps twice on the same ranks: once with
@@ -56,7 +59,13 @@ def train(comm, stage, opt_name, device):
 
 
 def main():
-    comm = Communicator(timeout=30)
+    mode = sys.argv[1] if len(sys.argv) > 1 else "auto"
+    if mode == "auto":
+        comm = Communicator(timeout=30)
+    else:
+        from collectives.transport.device import make_device_transport
+        from collectives.transport.mpi import MpiTransport
+        comm = Communicator(transport=make_device_transport(MpiTransport(MPI.COMM_WORLD), mode), timeout=30)
     rank = comm.rank
     cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
     failed = False
