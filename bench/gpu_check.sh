@@ -19,6 +19,7 @@
 #   ring        75 s   2 ranks on one GPU: every collective through IPC, staged (and CUDA-aware MPI
 #                      when the library has it), then all-reduce busbw vs the copy roofline
 #   zero        35 s   ZeRO training (stages 0-3, SGD and AdamW) on the GPU against the same on CPU
+#                      (through IPC, the default on one node; staged for the rest if IPC fails)
 #   torch       25 s   tests/mpi/torch_cuda_check.py under mpirun -n 2, when that file exists
 #
 # Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout

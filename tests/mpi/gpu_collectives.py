@@ -114,7 +114,7 @@ for mode in modes:
     ok, why = True, ""
     t0 = time.perf_counter()
     dt = make_device_transport(MpiTransport(world), mode)
-    comm = Communicator(transport=dt, timeout=20, chunk_bytes=256 * 1024)  # several chunks at 1M elements
+    comm = Communicator(transport=dt, timeout=10, chunk_bytes=256 * 1024)  # several chunks at 1M elements
     try:
         check_all(comm)
     except Exception as e:  # the other rank times out of its collective and reports too
@@ -130,7 +130,7 @@ for mode in modes:
     if args.bench and all_ok:
         for chunk in (None, 16 << 20):
             kw = {} if chunk is None else {"chunk_bytes": chunk}
-            bc = Communicator(transport=dt, timeout=20, **kw)
+            bc = Communicator(transport=dt, timeout=10, **kw)
             try:
                 bench(bc, mode, bc.chunk_bytes, copy_bw, records)
             except Exception as e:
