@@ -176,7 +176,8 @@ class HostFunction:
         self._check_alignment(args)
         ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
         self._run(grid[0], block[0], ptrs)
-        self.log.append((self.name, grid[0], block[0]))
+        at = next(i for i, a in enumerate(args) if isinstance(a, np.int64))
+        self.log.append((self.name, grid[0], block[0], int(args[at + 3])))
         for a in args:
             if isinstance(a, HostArray) and not a.guards_intact():
                 raise RuntimeError(f"{self.name}: wrote outside a buffer of {a.size} {a.dtype} (grid {grid}, block {block})")
@@ -184,12 +185,14 @@ class HostFunction:
     def _check_alignment(self, args):
         """Vector accesses at [head, head + nvec*V) must be aligned: on the GPU they fault otherwise."""
         arrays = [a for a in args if _is_array(a)]
-        ints = [a for a in args if isinstance(a, np.int64)]
-        n, head, nvec = (int(x) for x in ints[:3])
+        at = next(i for i, a in enumerate(args) if isinstance(a, np.int64))  # n, head, nvec, loose follow the buffers
+        n, head, nvec, loose = (int(x) for x in args[at:at + 4])
         if nvec == 0:
             return
         width = launch.vector_width(*{a.dtype.itemsize for a in arrays})
-        for a in arrays:
+        for k, a in enumerate(arrays):
+            if loose >> k & 1:
+                continue  # read element by element in the vector loop
             if (a.data.ptr + head * a.dtype.itemsize) % (width * a.dtype.itemsize):
                 raise RuntimeError(f"{self.name}: vector access at {a.data.ptr + head * a.dtype.itemsize:#x} is not "
                                    f"{width * a.dtype.itemsize}-byte aligned (head {head}, n {n}): a GPU would fault")
@@ -325,7 +328,7 @@ class Runner:
                 why = fn(k)
             except Exception as e:  # a crash in one case is that kernel's failure, the others still run
                 why = f"{type(e).__name__}: {e}"
-            ran = {name for name, _, _ in self.log[before:]}
+            ran = {name for name, *_ in self.log[before:]}
             if why is None and kernel not in ran and ran:
                 why = f"launched {sorted(ran)}, not {kernel}"
             self.cases[kernel] = self.cases.get(kernel, 0) + 1
@@ -335,7 +338,13 @@ class Runner:
                     print(f"  mismatch {kernel} {label} ({sms} SMs): {why}")
 
     def launched(self) -> set:
-        return {name for name, _, _ in self.log}
+        return {name for name, *_ in self.log}
+
+    def loose_launches(self) -> dict:
+        out: dict = {}
+        for name, _, _, loose in self.log:
+            out[name] = out.get(name, 0) + bool(loose)
+        return out
 
 
 def run_reduce(r: Runner) -> None:
@@ -345,7 +354,7 @@ def run_reduce(r: Runner) -> None:
             for n in (1, 7, 33, 1000, 4099):
                 a, b = operands(name, n, n)
                 want = R.reduce(op, a, b)
-                for oa, ob, oo in ((0, 0, 0), (1, 1, 1), (3, 0, 3), (5, 5, 2)):
+                for oa, ob, oo in ((0, 0, 0), (1, 1, 1), (3, 0, 3), (0, 3, 3), (1, 2, 3), (5, 5, 2)):
                     def one(k, a=a, b=b, oa=oa, ob=ob, oo=oo):
                         da, db, do = HostArray(a, oa), HostArray(b, ob), HostArray(np.zeros_like(a), oo)
                         k.reduce(op, da, db, do)
@@ -382,7 +391,7 @@ def run_cast(r: Runner) -> None:
         down = launch.cast_kernel(np.float32, dt)
         up = launch.cast_kernel(dt, np.float32)
         every = np.arange(1 << 16, dtype=np.uint16).view(dt)  # all 16-bit patterns
-        for off_s, off_d in ((0, 0), (1, 1), (2, 1), (3, 3)):
+        for off_s, off_d in ((0, 0), (1, 1), (2, 1), (3, 3), (0, 3)):
             def one_down(k, off_s=off_s, off_d=off_d):
                 low = HostArray(np.zeros(x.size, dt), off_d)
                 k.cast(low, HostArray(x, off_s))
@@ -418,9 +427,9 @@ def run_adamw(r: Runner) -> None:
             p, g, m, v = _optim_inputs(n, n)
             for i, hp in enumerate(hps):
                 want = R.adamw(p, g, m, v, **hp, lowp_dtype=ldt)
-                for off in (0, 1, 2):
-                    def one(k, hp=hp, want=want, off=off):
-                        bufs = [HostArray(t, off) for t in (p, g, m, v)]
+                for off, off_g in ((0, 0), (1, 1), (2, 2), (0, 1), (3, 0)):  # grad at its own phase too
+                    def one(k, hp=hp, want=want, off=off, off_g=off_g):
+                        bufs = [HostArray(t, o) for t, o in ((p, off), (g, off_g), (m, off), (v, off))]
                         low = None if ldt is None else HostArray(np.zeros(n, ldt), off)
                         k.adamw_step(*bufs, **hp, out_lowp=low)
                         for got, w in zip((bufs[0], bufs[2], bufs[3]), want[:3]):
@@ -428,7 +437,7 @@ def run_adamw(r: Runner) -> None:
                             if why:
                                 return why
                         return None if low is None else same(low.get(), want[3])
-                    r.case(kernel, f"n={n} hp#{i} offset={off}", one)
+                    r.case(kernel, f"n={n} hp#{i} offsets={off},{off_g}", one)
 
 
 def run_sgd(r: Runner) -> None:
@@ -445,9 +454,9 @@ def run_sgd(r: Runner) -> None:
             for i, hp in enumerate(hps):
                 mom = hp["momentum"] != 0
                 want = R.sgd(p, g, b if mom else None, **hp, lowp_dtype=ldt)
-                for off in (0, 3):
-                    def one(k, hp=hp, want=want, off=off, mom=mom):
-                        dp, dg = HostArray(p, off), HostArray(g, off)
+                for off, off_g in ((0, 0), (3, 3), (0, 2)):
+                    def one(k, hp=hp, want=want, off=off, off_g=off_g, mom=mom):
+                        dp, dg = HostArray(p, off), HostArray(g, off_g)
                         db = HostArray(b, off) if mom else None
                         low = None if ldt is None else HostArray(np.zeros(n, ldt), off)
                         k.sgd_step(dp, dg, db, **hp, out_lowp=low)
@@ -457,7 +466,7 @@ def run_sgd(r: Runner) -> None:
                         if why is None and low is not None:
                             why = same(low.get(), want[2])
                         return why
-                    r.case(kernel, f"n={n} hp#{i} offset={off}", one)
+                    r.case(kernel, f"n={n} hp#{i} offsets={off},{off_g}", one)
 
 
 def main(argv=None) -> int:
@@ -491,6 +500,9 @@ def main(argv=None) -> int:
     unknown = sorted(ran - set(entries))
     if unknown:
         print(f"  launched but not defined as extern \"C\" in csrc/: {unknown}")
+    loose = r.loose_launches()
+    print(f"  launches with an input read element by element (Split.loose): "
+          f"{sum(loose.values())}, in {sum(1 for v in loose.values() if v)} kernels")
     print(f"host run: {ok} of {len(entries)} kernels equal the numpy reference")
     return 0 if ok == len(entries) and entries else 1
 

@@ -109,6 +109,18 @@ __device__ __forceinline__ Vec<T, V> vload(const T* base, i64 i) {
     return v;
 }
 
+// An input of the vector loop: one aligned vector, or, when ``loose`` (the
+// input sits at another phase than the written buffers: launch.py's
+// Split.loose), V elements one by one from the same positions.
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> vload_in(const T* base, i64 i, bool loose) {
+    if (!loose) return vload<T, V>(base, i);
+    Vec<T, V> v;
+#pragma unroll
+    for (int j = 0; j < V; ++j) v.e[j] = base[i * V + j];
+    return v;
+}
+
 template <typename T, int V>
 __device__ __forceinline__ void vstore(T* base, i64 i, const Vec<T, V>& v) {
     reinterpret_cast<typename Vec<T, V>::word*>(base)[i] = v.w;

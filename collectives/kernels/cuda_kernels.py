@@ -153,8 +153,9 @@ class CudaKernels:
                 self._cp.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"])
         return n
 
-    def _launch(self, name: str, n: int, planned, args, tail=()) -> None:
-        """Launch ``name`` over n elements; ``planned`` are the arrays whose alignment counts."""
+    def _launch(self, name: str, n: int, planned, args, tail=(), readonly=()) -> None:
+        """Launch ``name`` over n elements; ``planned`` are the arrays whose alignment counts,
+        ``readonly`` the indices among them of inputs the kernel may load element by element."""
         if n == 0:
             return
         dev = planned[0].device.id
@@ -164,10 +165,11 @@ class CudaKernels:
         cp = self._cp
         with cp.cuda.Device(dev):
             plan = launch.plan(name, n, [(a.data.ptr, a.dtype.itemsize) for a in planned], self._sm_count(dev),
-                               blocks_per_sm=self.blocks_per_sm(dev, name))
+                               blocks_per_sm=self.blocks_per_sm(dev, name), readonly=readonly)
             sp = plan.split
             self._function(dev, name)((plan.grid,), (plan.block,),
-                                      (*args, np.int64(n), np.int64(sp.head), np.int64(sp.nvec), *tail),
+                                      (*args, np.int64(n), np.int64(sp.head), np.int64(sp.nvec),
+                                       np.int32(sp.loose), *tail),
                                       stream=cp.cuda.Stream.null)
         self._used.add(dev)
 
@@ -208,7 +210,7 @@ class CudaKernels:
         """out = op(a, b), elementwise. ``out`` may alias ``a`` or ``b``."""
         self._same("reduce", a, b, out)
         a, b, out = _flat(a, "a"), _flat(b, "b"), _flat(out, "out")
-        self._launch(launch.reduce_kernel(op, a.dtype), a.size, [a, b, out], (a, b, out))
+        self._launch(launch.reduce_kernel(op, a.dtype), a.size, [a, b, out], (a, b, out), readonly=(0, 1))
 
     def reduce_(self, op: str, dst, src) -> None:
         """dst = op(dst, src), in place."""
@@ -229,7 +231,7 @@ class CudaKernels:
         if dst.dtype == src.dtype:
             return self.copy(dst, src)
         dst, src = _flat(dst, "dst"), _flat(src, "src")
-        self._launch(launch.cast_kernel(src.dtype, dst.dtype), src.size, [src, dst], (src, dst))
+        self._launch(launch.cast_kernel(src.dtype, dst.dtype), src.size, [src, dst], (src, dst), readonly=(0,))
 
     def adamw_step(self, param, grad, exp_avg, exp_avg_sq, *, lr, beta1, beta2, eps, weight_decay,
                    step, grad_scale=1.0, out_lowp=None) -> None:
@@ -245,7 +247,7 @@ class CudaKernels:
         tail = tuple(c[k] for k in ("grad_scale", "decay", "w1", "one_minus_w1", "beta2", "c2",
                                     "bc2_sqrt", "eps", "neg_step"))
         name = launch.optim_kernel("adamw", None if out_lowp is None else out_lowp.dtype)
-        self._launch(name, bufs[0].size, planned, (*bufs, low), tail)
+        self._launch(name, bufs[0].size, planned, (*bufs, low), tail, readonly=(1,))  # grad
 
     def sgd_step(self, param, grad, momentum_buf, *, lr, momentum, dampening, weight_decay, nesterov,
                  first_step, grad_scale=1.0, out_lowp=None) -> None:
@@ -266,7 +268,7 @@ class CudaKernels:
         tail = tuple(c[k] for k in ("grad_scale", "wd", "momentum", "damp1", "neg_lr",
                                     "has_wd", "has_momentum", "first_step", "nesterov"))
         name = launch.optim_kernel("sgd", None if out_lowp is None else out_lowp.dtype)
-        self._launch(name, p.size, planned, (p, g, buf, low), tail)
+        self._launch(name, p.size, planned, (p, g, buf, low), tail, readonly=(1,))  # grad
 
     @staticmethod
     def _lowp(bufs, out_lowp):

@@ -7,9 +7,11 @@ how wide a vector is, where the aligned part of a buffer starts and ends
 
 Every kernel walks its buffers the same way: elements [head, head + nvec*V)
 as aligned vectors of V elements, the others ([0, head) and the tail) one
-at a time, both in grid-stride loops. A vector load is aligned only if
-every buffer the kernel touches is at the same position modulo its vector
-size; when they disagree, the whole buffer goes the scalar way.
+at a time, both in grid-stride loops. A vector access is aligned only if
+the buffers are at the same position modulo their vector size. The
+buffers a kernel writes must agree (else the whole buffer goes the scalar
+way); an input it only reads may disagree, and is then loaded element by
+element inside the vector loop (Split.loose).
 """
 from __future__ import annotations
 
@@ -125,11 +127,17 @@ def vector_width(*itemsizes: int) -> int:
 
 @dataclass(frozen=True)
 class Split:
-    """How n elements divide: ``head`` scalars, ``nvec`` vectors of ``width``, ``tail`` scalars."""
+    """How n elements divide: ``head`` scalars, ``nvec`` vectors of ``width``, ``tail`` scalars.
+
+    ``loose``: bit k set when buffer k (a read-only input) is at another phase than
+    the written buffers, so the vector loop loads it element by element (the
+    kernels' ``loose`` argument); its stores and the other loads stay vectors.
+    """
     head: int
     nvec: int
     width: int
     tail: int
+    loose: int = 0
 
     @property
     def vector_elems(self) -> int:
@@ -140,7 +148,7 @@ class Split:
         return self.head + self.tail
 
 
-def split(n: int, addresses, itemsizes, width: int) -> Split:
+def split(n: int, addresses, itemsizes, width: int, readonly=()) -> Split:
     """The head/vector/tail split of n elements over buffers at ``addresses``.
 
     Args:
@@ -148,11 +156,16 @@ def split(n: int, addresses, itemsizes, width: int) -> Split:
       addresses: byte address of element 0 of each buffer.
       itemsizes: element size of each buffer, same order.
       width: elements per vector (see vector_width).
+      readonly: indices of buffers the kernel only reads and can load element by
+        element in its vector loop (see Split.loose).
 
     Element i of buffer b is vector-aligned when (addr_b + i*size_b) is a
-    multiple of width*size_b. All buffers must agree on the first such i;
-    otherwise (or if an address is not even element-aligned) everything is
-    scalar.
+    multiple of width*size_b. The written buffers (every buffer when all are
+    written) must agree on the first such i; otherwise, or if an address is
+    not even element-aligned, everything is scalar. A read-only buffer at
+    another phase does not spoil the vectors: it is marked loose. So a ring
+    segment at an odd offset reduced with an aligned scratch chunk still
+    stores full vectors.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
@@ -162,16 +175,20 @@ def split(n: int, addresses, itemsizes, width: int) -> Split:
     scalar = Split(head=n, nvec=0, width=width, tail=0)
     if width <= 1:
         return Split(head=0, nvec=n, width=1, tail=0) if width == 1 else scalar
-    phases = set()
+    phases = []
     for addr, size in zip(addresses, itemsizes):
         if addr % size:
             return scalar
-        phases.add((addr // size) % width)
-    if len(phases) != 1:
+        phases.append((addr // size) % width)
+    readonly = {i for i in readonly if 0 <= i < len(phases)}
+    anchor = {p for i, p in enumerate(phases) if i not in readonly} or set(phases)
+    if len(anchor) != 1:
         return scalar
-    head = min(n, (-phases.pop()) % width)
+    phase = anchor.pop()
+    loose = sum(1 << i for i in readonly if phases[i] != phase)
+    head = min(n, (-phase) % width)
     nvec = (n - head) // width
-    return Split(head=head, nvec=nvec, width=width, tail=n - head - nvec * width)
+    return Split(head=head, nvec=nvec, width=width, tail=n - head - nvec * width, loose=loose if nvec else 0)
 
 
 def occupancy(regs_per_thread: int, block: int = BLOCK, shared_bytes: int = 0,
@@ -218,7 +235,7 @@ class Launch:
 
 
 def plan(name: str, n: int, arrays: list[tuple[int, int]], sm_count: int, width: int | None = None,
-         blocks_per_sm: int = BLOCKS_PER_SM) -> Launch:
+         blocks_per_sm: int = BLOCKS_PER_SM, readonly=()) -> Launch:
     """Launch for kernel ``name`` over n elements of ``arrays`` = [(address, itemsize), ...].
 
     Args:
@@ -228,10 +245,11 @@ def plan(name: str, n: int, arrays: list[tuple[int, int]], sm_count: int, width:
       sm_count: multiprocessors on the device.
       width: elements per vector (default: from the element sizes).
       blocks_per_sm: the kernel's occupancy (see :func:`occupancy`).
+      readonly: indices into ``arrays`` of the buffers the kernel only reads (see split).
     """
     sizes = [s for _, s in arrays]
     w = vector_width(*sizes) if width is None else width
-    sp = split(n, [a for a, _ in arrays], sizes, w)
+    sp = split(n, [a for a, _ in arrays], sizes, w, readonly)
     return Launch(name=name, grid=grid_size(sp, sm_count, BLOCK, blocks_per_sm), block=BLOCK, split=sp)
 
 
