@@ -1,5 +1,7 @@
 """Static checks of what the kernels compile to, for sm_90 with the options NVRTC gets at run time.
 
+- Each .cu file compiles (nvcc, warnings as errors) and defines exactly the
+  kernels launch.py asks for.
 - Every kernel's vector loop moves each buffer with one 16-byte access per
   thread (8 bytes for the 2-byte side of a cast or a low-precision copy):
   in the SASS (LDG.E.128 / STG.E.128) where cuobjdump and nvdisasm exist,
@@ -69,8 +71,8 @@ def built(tmp_path_factory):
         cubin = d / (file + ".cubin")
         keep = d / (file + ".keep")
         keep.mkdir()
-        r = subprocess.run([NVCC, "--cubin", "-Xptxas", "-v", "--keep", "--keep-dir", str(keep), *opts,
-                            "-o", str(cubin), str(src)], capture_output=True, text=True, timeout=300)
+        r = subprocess.run([NVCC, "--cubin", "-Werror", "all-warnings", "-Xptxas", "-v", "--keep", "--keep-dir",
+                            str(keep), *opts, "-o", str(cubin), str(src)], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         (ptx,) = keep.glob("*.ptx")  # the PTX ptxas compiled, kept
         out[file] = (cubin, ptx.read_text(), r.stdout + r.stderr)
