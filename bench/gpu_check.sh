@@ -17,7 +17,8 @@
 #   bandwidth   35 s   reduce / cast / fused AdamW GB/s vs a device-to-device copy in the same run
 #                      (pass: reduce >= 90 %, AdamW >= 80 % of the copy)
 #   ring        75 s   2 ranks on one GPU: every collective through IPC, staged (and CUDA-aware MPI
-#                      when the library has it), then all-reduce busbw vs the copy roofline
+#                      when the library has it); then busbw of all-reduce, reduce-scatter and
+#                      all-gather of 64 MiB, 1 MiB and 16 MiB chunks, vs a copy (the roofline)
 #   zero        35 s   ZeRO training (stages 0-3, SGD and AdamW) on the GPU against the same on CPU
 #                      (through IPC, the default on one node; staged for the rest if IPC fails)
 #   torch       25 s   tests/mpi/torch_cuda_check.py under mpirun -n 2, when that file exists
