@@ -10,6 +10,8 @@
   calculator's (launch.occupancy on its register count), no kernel uses
   local memory (spills), and a large launch's grid is one full wave.
 - staged-streams: the staged transport copies down and up on two streams.
+- nccl: the NCCL baseline loads (cupy.cuda.nccl over the nvidia-nccl wheel) and
+  all-reduces on one rank.
 Run by bench/gpu_check.sh; exits 1 when a check fails.
 """
 from __future__ import annotations
@@ -147,11 +149,23 @@ def check_staged_streams():
     check("staged-streams", ok, f"staged copies down and up on {'two streams' if ok else streams}")
 
 
+def check_nccl():
+    """NCCL loads through cupy (the nvidia-nccl wheel of the CUDA major) and agrees with the ring, 1 rank."""
+    import cupy as cp
+    from collectives import Communicator
+    x = cp.asarray(np.arange(1000, dtype=np.float32))
+    with Communicator(algorithm="nccl", timeout=10) as c:
+        got = c.all_reduce(x)
+    cp.cuda.runtime.deviceSynchronize()
+    check("nccl", np.array_equal(got.get(), np.arange(1000, dtype=np.float32)),
+          "Communicator(algorithm='nccl') all-reduce on 1 rank (the NCCL baseline loads)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    for fn in (check_ftz, check_copy, check_occupancy, check_staged_streams):
+    for fn in (check_ftz, check_copy, check_occupancy, check_staged_streams, check_nccl):
         guarded(fn)
     if args.json:
         Path(args.json).write_text(json.dumps(RESULTS, indent=1))
