@@ -248,6 +248,7 @@ class _IpcFake:
         b.cp, b._copy_streams, b._libcuda = self.cp, {}, None
         from collections import OrderedDict
         b._opened, b._owners, b._exports = OrderedDict(), {}, OrderedDict()
+        b.stats = {"exports": 0, "handles_made": 0, "pulls": 0, "mappings_opened": 0, "mappings_closed": 0}
         b._range = lambda ptr: next((s, n, i) for s, n, i in self.allocs if s <= ptr < s + n)
         return b
 
@@ -297,3 +298,18 @@ def test_ipc_mapping_released_when_the_peer_reallocates_the_address():
     assert f.count("open") == 2 and f.count("close") == 1 and b.mappings() == 1
     b.pull(dst, old.replace(b"a", b"c"), 0, 16, owner=(2, 0x5000))  # another peer's allocation: kept apart
     assert b.mappings() == 2
+
+
+def test_ipc_cache_counters():
+    """gpu_collectives.py reports these on the GPU: handles made << messages exported."""
+    f = _IpcFake()
+    b = f.backend()
+    b.stats = {"exports": 0, "handles_made": 0, "pulls": 0, "mappings_opened": 0, "mappings_closed": 0}
+    f.allocs = [(0x1000, 4096, 1)]
+    for i in range(5):
+        b.export(_slice(0x1000 + 64 * i))
+    dst = FakeDeviceArray(np.zeros(16, np.uint8))
+    for _ in range(3):
+        b.pull(dst, b"h" * 64, 0, 16, owner=(1, 0x1000))
+    b.close()
+    assert b.stats == {"exports": 5, "handles_made": 1, "pulls": 3, "mappings_opened": 1, "mappings_closed": 1}

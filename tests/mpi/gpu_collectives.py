@@ -126,6 +126,13 @@ for mode in modes:
     say(f"{'PASS' if all_ok else 'FAIL'} ring-{mode}: every collective, 6 dtypes, counts 0..1M, {n} ranks "
         f"({time.perf_counter() - t0:.1f} s){'' if all_ok else ': ' + why}")
     failed |= not all_ok
+    if mode == "ipc" and all_ok and n > 1:  # one IPC handle per allocation, not per message (backend caches)
+        st = dt.backend.stats
+        cached = 0 < st["handles_made"] < st["exports"] and st["mappings_opened"] < st["pulls"]
+        every = world.allreduce(int(cached), op=MPI.MIN)
+        say(f"{'PASS' if every else 'FAIL'} ipc-cache: rank 0 exported {st['exports']} messages with "
+            f"{st['handles_made']} IPC handles, pulled {st['pulls']} through {st['mappings_opened']} mappings")
+        failed |= not every
     comm.close()
     if args.bench and all_ok:
         for chunk in (None, 16 << 20):

@@ -35,6 +35,7 @@ class CupyBackend:
         self._owners: dict = {}  # (device, peer, peer's allocation start) -> key in _opened
         self._exports: OrderedDict = OrderedDict()  # (device, buffer id) -> IPC handle
         self._libcuda = None
+        self.stats = {"exports": 0, "handles_made": 0, "pulls": 0, "mappings_opened": 0, "mappings_closed": 0}
 
     def is_device(self, buf) -> bool:
         return type(buf).__module__.startswith("cupy")
@@ -114,7 +115,9 @@ class CupyBackend:
             start, _, ident = self._range(ptr)
             key = (dev, ident)
             handle = self._exports.get(key)
+            self.stats["exports"] += 1
             if handle is None:
+                self.stats["handles_made"] += 1
                 handle = self._exports[key] = bytes(self.cp.cuda.runtime.ipcGetMemHandle(start))
                 while len(self._exports) > MAX_CACHED:
                     self._exports.popitem(last=False)
@@ -134,7 +137,9 @@ class CupyBackend:
         with cp.cuda.Device(dev):
             key = (dev, handle)
             entry = self._opened.get(key)
+            self.stats["pulls"] += 1
             if entry is None:
+                self.stats["mappings_opened"] += 1
                 if owner is not None:
                     stale = self._owners.get((dev, *owner))
                     if stale is not None and stale != key:
@@ -155,6 +160,7 @@ class CupyBackend:
     def _release(self, key) -> None:
         """Close one mapping once the last copy from it has finished."""
         base, last, owner = self._opened.pop(key)
+        self.stats["mappings_closed"] += 1
         dev = key[0]
         if owner is not None and self._owners.get((dev, *owner)) == key:
             del self._owners[(dev, *owner)]
