@@ -9,14 +9,24 @@ Three ways, one chosen per communicator (the same on every rank):
   copies straight from the sender's buffer, device to device: the sender
   posts a small control message (the CUDA IPC handle of its buffer's
   allocation, the offset, the length) and keeps the buffer until the
-  receiver acknowledges. Each receiver opens an allocation's handle once
-  and keeps the mapping (cupy's pool reuses its allocations), so after the
-  first few messages only 96-byte control messages cross MPI.
-- ``staged``: copies through pinned host buffers on a copy stream. Every
-  chunk's device-to-host copy is queued at isend time and its MPI send
-  posted as soon as that copy lands, so the copy of chunk k+1 runs while
-  chunk k is on the wire (the ring posts many chunks at once); receives
-  land in pinned memory and go up on the same stream.
+  receiver acknowledges. The sender makes an allocation's handle once
+  (cached by the allocation's buffer id); each receiver opens it once and
+  keeps the mapping (cupy's pool reuses its allocations), at most
+  backend.MAX_CACHED of them, closing the least recently used after its last
+  copy, and closing a peer's old mapping when that peer sends a new handle
+  for the same address (it freed the allocation). So after the first few
+  messages only 96-byte control messages cross MPI.
+- ``staged``: copies through pinned host buffers on two copy streams, one
+  per direction (uploads never queue behind downloads). Every chunk's
+  device-to-host copy is queued at isend time and its MPI send posted as
+  soon as that copy lands, so the copy of chunk k+1 runs while chunk k is on
+  the wire (the ring posts many chunks at once); receives land in pinned
+  memory and go up on the other stream.
+
+Which one: ``choose_mode`` (detect.py). "auto" is one non-blocking
+all-gather with a deadline, never a blocking collective, so a rank whose
+peer passed a host array where it passed a device array gets an error
+instead of hanging.
 
 Ordering with the kernels. Kernels run on the device's default stream
 (kernels/cuda_kernels.py). A send records an event there first, so it sees
@@ -34,7 +44,9 @@ operation puts its MPI message on the wire only after the ones before it.
 
 The GPU calls sit behind a small backend (:class:`CupyBackend`) so the
 protocols themselves run in CPU tests over the in-process transport, with
-a fake backend (tests/test_cuda_transport.py).
+a fake backend (tests/test_cuda_transport.py). Files: detect.py (mode),
+backend.py (cupy calls), protocols.py (one send/receive per mode),
+channels.py (DeviceTransport, the FIFO channels).
 """
 from .backend import CupyBackend
 from .channels import DeviceTransport, make_device_transport
