@@ -120,11 +120,14 @@ for mode in modes:
     except Exception as e:  # the other rank times out of its collective and reports too
         ok, why = False, f"{type(e).__name__}: {e}"
         traceback.print_exc()
-    all_ok = world.allreduce(int(ok), op=MPI.MIN)
+    whys = world.allgather(why)
+    all_ok = not any(whys)
     if ok:
         print(f"rank {r}: OK mode={dt.mode}", flush=True)
+    # the root cause first: a rank's own error before the timeouts it caused on its peers
+    causes = sorted((("Timeout" in w), i, w) for i, w in enumerate(whys) if w)
     say(f"{'PASS' if all_ok else 'FAIL'} ring-{mode}: every collective, 6 dtypes, counts 0..1M, {n} ranks "
-        f"({time.perf_counter() - t0:.1f} s){'' if all_ok else ': ' + why}")
+        f"({time.perf_counter() - t0:.1f} s){'' if all_ok else f': rank {causes[0][1]}: {causes[0][2]}'}")
     failed |= not all_ok
     if mode == "ipc" and all_ok and n > 1:  # one IPC handle per allocation, not per message (backend caches)
         st = dt.backend.stats

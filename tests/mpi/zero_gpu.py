@@ -84,7 +84,11 @@ def main():
                 why = f"max abs diff {err:.1e}, {'bit for bit' if exact else 'not bit for bit'}"
             except Exception as e:  # noqa: BLE001: one line per case, the next still runs
                 ok, why = False, f"{type(e).__name__}: {e}"
-            ok_all = MPI.COMM_WORLD.allreduce(int(ok), op=MPI.MIN)
+            whys = MPI.COMM_WORLD.allgather("" if ok else why)
+            ok_all = not any(whys)
+            if not ok_all:  # the root cause first: a rank's own error before the timeouts it caused
+                why = min((("Timeout" in w), i, w) for i, w in enumerate(whys) if w)
+                why = f"rank {why[1]}: {why[2]}"
             if rank == 0:
                 print(f"{'PASS' if ok_all else 'FAIL'} zero-stage{stage}-{opt_name}: {STEPS} steps on {comm.size} "
                       f"ranks ({mode} transport), GPU vs CPU weights: {why} ({time.perf_counter() - t0:.1f} s)",
