@@ -3,17 +3,12 @@ header (NVRTC has none), and a built wheel carries them. That each compiles
 with nvcc for sm_90 under NVRTC's run-time options, warning-free, and defines
 every kernel launch.py asks for is checked in tests/test_cuda_sass.py, which
 compiles them once for all its checks.
-
-One nvcc invocation per file (to a cubin, so ptxas runs too). Skipped, with
-the reason printed, only where nvcc is missing.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-
-import pytest
 
 from collectives.kernels import launch
 
