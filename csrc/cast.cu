@@ -1,10 +1,11 @@
 // cast.cu: precision casts and the scale of avg, for mixed precision.
 //
-//   rz_cast_<src>_<dst>(src, dst, n, head, nvec): dst[i] = round(src[i]),
+//   rz_cast_<src>_<dst>(src, dst, n, head, nvec, loose): dst[i] = round(src[i]),
 //     f32 -> bf16 / f16 rounds to nearest even (NaN stays NaN, overflow -> inf);
 //     bf16 / f16 -> f32 is exact. V = 4 elements per vector: 16 bytes of
-//     float32 on one side, 8 bytes of 16-bit values on the other.
-//   rz_scale_<dtype>(x, n, head, nvec, divisor): x[i] = x[i] / divisor in
+//     float32 on one side, 8 bytes of 16-bit values on the other. loose bit 0:
+//     src is at another phase than dst and is read element by element.
+//   rz_scale_<dtype>(x, n, head, nvec, loose, divisor): x[i] = x[i] / divisor in
 //     place, the second half of avg; half types divide in float32 and round
 //     once; integers truncate toward zero (C division). V = 16/E elements.
 //
@@ -22,11 +23,11 @@ template <> struct Convert<bf16_t, float> { static __device__ __forceinline__ fl
 template <> struct Convert<f16_t, float> { static __device__ __forceinline__ float go(f16_t x) { return to_float(x); } };
 
 template <typename S, typename D>
-__device__ __forceinline__ void cast_body(const S* src, D* dst, i64 n, i64 head, i64 nvec) {
+__device__ __forceinline__ void cast_body(const S* src, D* dst, i64 n, i64 head, i64 nvec, int loose) {
     constexpr int V = 4;
     const i64 tid = rz_tid(), stride = rz_stride();
     for (i64 i = tid; i < nvec; i += stride) {
-        Vec<S, V> x = vload<S, V>(src + head, i);
+        Vec<S, V> x = vload_in<S, V>(src + head, i, loose & 1);
         Vec<D, V> y;
 #pragma unroll
         for (int j = 0; j < V; ++j) y.e[j] = Convert<S, D>::go(x.e[j]);
@@ -42,8 +43,8 @@ __device__ __forceinline__ void cast_body(const S* src, D* dst, i64 n, i64 head,
 
 #define RZ_CAST(SSUF, S, DSUF, D)                                                      \
     extern "C" __global__ void __launch_bounds__(256)                                  \
-    rz_cast_##SSUF##_##DSUF(const S* src, D* dst, i64 n, i64 head, i64 nvec) {         \
-        cast_body<S, D>(src, dst, n, head, nvec);                                      \
+    rz_cast_##SSUF##_##DSUF(const S* src, D* dst, i64 n, i64 head, i64 nvec, int loose) { \
+        cast_body<S, D>(src, dst, n, head, nvec, loose);                               \
     }
 
 RZ_CAST(f32, float, bf16, bf16_t)
@@ -72,7 +73,8 @@ __device__ __forceinline__ void scale_body(T* x, i64 n, i64 head, i64 nvec, type
 
 #define RZ_SCALE(SUF, T)                                                                         \
     extern "C" __global__ void __launch_bounds__(256)                                            \
-    rz_scale_##SUF(T* x, i64 n, i64 head, i64 nvec, Acc<T>::type divisor) {                      \
+    rz_scale_##SUF(T* x, i64 n, i64 head, i64 nvec, int /*loose: x is written, never loose*/,   \
+                   Acc<T>::type divisor) {                                                       \
         scale_body<T>(x, n, head, nvec, divisor);                                                \
     }
 

@@ -17,12 +17,14 @@
 // Either step optionally writes the new weights rounded to bf16 or f16
 // (nearest even) in the same pass: rz_adamw_f32_bf16, rz_sgd_f32_f16, ...
 // Entry points: rz_adamw_f32[_bf16|_f16], rz_sgd_f32[_bf16|_f16]; the
-// variants without a suffix ignore their lowp pointer.
+// variants without a suffix ignore their lowp pointer. Arguments: the
+// buffers, n, head, nvec, loose (bit 1: grad is at another 16-byte phase
+// than the buffers written, and is read element by element), the scalars.
 //
 // bytes: rz_adamw read 16 write 12 lowp 2   (p, g, m, v read; p, m, v written)
 // bytes: rz_sgd read 12 write 8 lowp 2      (with momentum; without it read 8 write 4)
 // Napkin: AdamW over 256 Mi parameters moves 7 GiB (7.5 with the bf16
-// copy); at 4.8 TB/s about 1.6 ms. Target: >= 75% of a device copy.
+// copy); at 4.8 TB/s about 1.6 ms. Target: >= 80% of a device copy.
 // Built with: nvcc -arch=sm_90 --fmad=false -c (the test) or NVRTC.
 #include "rz_common.cuh"
 
@@ -50,11 +52,11 @@ __device__ __forceinline__ void adamw_elem(float& p, float g, float& m, float& v
 
 template <typename L>
 __device__ __forceinline__ void adamw_body(float* p, const float* g, float* m, float* v, L* lowp,
-                                           i64 n, i64 head, i64 nvec, const AdamWArgs& a) {
+                                           i64 n, i64 head, i64 nvec, int loose, const AdamWArgs& a) {
     constexpr int V = 4;
     const i64 tid = rz_tid(), stride = rz_stride();
     for (i64 i = tid; i < nvec; i += stride) {
-        Vec<float, V> pv = vload<float, V>(p + head, i), gv = vload<float, V>(g + head, i);
+        Vec<float, V> pv = vload<float, V>(p + head, i), gv = vload_in<float, V>(g + head, i, loose & 2);
         Vec<float, V> mv = vload<float, V>(m + head, i), vv = vload<float, V>(v + head, i);
         Vec<L, V> lv;
 #pragma unroll
@@ -83,10 +85,10 @@ __device__ __forceinline__ void adamw_body(float* p, const float* g, float* m, f
 #define RZ_ADAMW(NAME, L)                                                                          \
     extern "C" __global__ void __launch_bounds__(256)                                              \
     NAME(float* p, const float* g, float* m, float* v, L* lowp, i64 n, i64 head, i64 nvec,         \
-         float grad_scale, float decay, float w1, float one_minus_w1, float beta2, float c2,       \
+         int loose, float grad_scale, float decay, float w1, float one_minus_w1, float beta2, float c2,       \
          float bc2_sqrt, float eps, float neg_step) {                                              \
         AdamWArgs a = {grad_scale, decay, w1, one_minus_w1, beta2, c2, bc2_sqrt, eps, neg_step};   \
-        adamw_body<L>(p, g, m, v, lowp, n, head, nvec, a);                                         \
+        adamw_body<L>(p, g, m, v, lowp, n, head, nvec, loose, a);                                         \
     }
 
 RZ_ADAMW(rz_adamw_f32, none_t)
@@ -112,11 +114,11 @@ __device__ __forceinline__ void sgd_elem(float& p, float g, float& b, const SgdA
 // valid pointer otherwise).
 template <typename L>
 __device__ __forceinline__ void sgd_body(float* p, const float* g, float* buf, L* lowp,
-                                         i64 n, i64 head, i64 nvec, const SgdArgs& a) {
+                                         i64 n, i64 head, i64 nvec, int loose, const SgdArgs& a) {
     constexpr int V = 4;
     const i64 tid = rz_tid(), stride = rz_stride();
     for (i64 i = tid; i < nvec; i += stride) {
-        Vec<float, V> pv = vload<float, V>(p + head, i), gv = vload<float, V>(g + head, i);
+        Vec<float, V> pv = vload<float, V>(p + head, i), gv = vload_in<float, V>(g + head, i, loose & 2);
         Vec<float, V> bv;
         if (a.has_momentum && !a.first_step) bv = vload<float, V>(buf + head, i);
         Vec<L, V> lv;
@@ -145,11 +147,11 @@ __device__ __forceinline__ void sgd_body(float* p, const float* g, float* buf, L
 #define RZ_SGD(NAME, L)                                                                            \
     extern "C" __global__ void __launch_bounds__(256)                                              \
     NAME(float* p, const float* g, float* buf, L* lowp, i64 n, i64 head, i64 nvec,                 \
-         float grad_scale, float wd, float momentum, float damp1, float neg_lr,                    \
+         int loose, float grad_scale, float wd, float momentum, float damp1, float neg_lr,                    \
          int has_wd, int has_momentum, int first_step, int nesterov) {                             \
         SgdArgs a = {grad_scale, wd, momentum, damp1, neg_lr,                                      \
                      has_wd, has_momentum, first_step, nesterov};                                  \
-        sgd_body<L>(p, g, buf, lowp, n, head, nvec, a);                                            \
+        sgd_body<L>(p, g, buf, lowp, n, head, nvec, loose, a);                                            \
     }
 
 RZ_SGD(rz_sgd_f32, none_t)

@@ -6,18 +6,20 @@
 //   In place (dst = op(dst, src)) is the same kernel with out == a.
 //   avg is sum followed by rz_scale_* (cast.cu).
 //
-// Entry points: rz_reduce_<op>_<dtype>(a, b, out, n, head, nvec), e.g.
+// Entry points: rz_reduce_<op>_<dtype>(a, b, out, n, head, nvec, loose), e.g.
 // rz_reduce_sum_bf16. 16-byte vectors (16/E elements) cover
-// [head, head + nvec*V); launch.py picks head, nvec, grid and block.
+// [head, head + nvec*V); launch.py picks head, nvec, grid and block. loose:
+// bit 0 (a) or 1 (b) when that input is at another 16-byte phase than out,
+// so the vector loop reads it element by element (still stores vectors).
 //
 // bytes: rz_reduce read 2E write 1E   (E = element size in bytes)
 // Napkin: f32 on 1 GiB buffers moves 3 GiB; at H200's 4.8 TB/s HBM that is
-// about 0.67 ms. Target: >= 85% of a device-to-device copy's bandwidth.
+// about 0.67 ms. Target: >= 90% of a device-to-device copy's bandwidth.
 // Built with: nvcc -arch=sm_90 -c (the test) or NVRTC (cupy.RawModule).
 #include "rz_common.cuh"
 
 template <typename T, typename Op>
-__device__ __forceinline__ void reduce_body(const T* a, const T* b, T* out, i64 n, i64 head, i64 nvec) {
+__device__ __forceinline__ void reduce_body(const T* a, const T* b, T* out, i64 n, i64 head, i64 nvec, int loose) {
     typedef Acc<T> A;
     constexpr int V = 16 / sizeof(T);
     const i64 tid = rz_tid(), stride = rz_stride();
@@ -25,8 +27,8 @@ __device__ __forceinline__ void reduce_body(const T* a, const T* b, T* out, i64 
     const T* vb = b + head;
     T* vo = out + head;
     for (i64 i = tid; i < nvec; i += stride) {
-        Vec<T, V> x = vload<T, V>(va, i);
-        Vec<T, V> y = vload<T, V>(vb, i);
+        Vec<T, V> x = vload_in<T, V>(va, i, loose & 1);
+        Vec<T, V> y = vload_in<T, V>(vb, i, loose & 2);
         Vec<T, V> z;
 #pragma unroll
         for (int j = 0; j < V; ++j) z.e[j] = A::store(Op::apply(A::load(x.e[j]), A::load(y.e[j])));
@@ -42,8 +44,9 @@ __device__ __forceinline__ void reduce_body(const T* a, const T* b, T* out, i64 
 
 #define RZ_REDUCE(OPNAME, OP, SUF, T)                                                         \
     extern "C" __global__ void __launch_bounds__(256)                                         \
-    rz_reduce_##OPNAME##_##SUF(const T* a, const T* b, T* out, i64 n, i64 head, i64 nvec) {   \
-        reduce_body<T, OP>(a, b, out, n, head, nvec);                                         \
+    rz_reduce_##OPNAME##_##SUF(const T* a, const T* b, T* out, i64 n, i64 head, i64 nvec,    \
+                               int loose) {                                                   \
+        reduce_body<T, OP>(a, b, out, n, head, nvec, loose);                                  \
     }
 
 #define RZ_REDUCE_ALL_OPS(SUF, T)   \

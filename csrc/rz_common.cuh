@@ -15,20 +15,33 @@ typedef unsigned long long u64;
 struct f16_t { unsigned short bits; };
 struct bf16_t { unsigned short bits; };
 
+// The f16 conversions are single PTX instructions. A host build of these
+// sources (bench/kernels_on_host.py, which runs every kernel on the CPU)
+// defines RZ_HOST_F16 and supplies IEEE round-to-nearest-even versions of
+// the two: the only lines that differ between the GPU and the host run.
+#ifdef RZ_HOST_F16
+__device__ __forceinline__ float to_float(f16_t h) { return rz_host_f16_to_f32(h.bits); }
+__device__ __forceinline__ f16_t f16_rn(float f) {
+    f16_t h;
+    h.bits = rz_host_f32_to_f16(f);
+    return h;
+}
+#else
 __device__ __forceinline__ float to_float(f16_t h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
     return f;
 }
 
-__device__ __forceinline__ float to_float(bf16_t h) {
-    return __uint_as_float(((unsigned)h.bits) << 16);
-}
-
 __device__ __forceinline__ f16_t f16_rn(float f) {
     f16_t h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
     return h;
+}
+#endif
+
+__device__ __forceinline__ float to_float(bf16_t h) {
+    return __uint_as_float(((unsigned)h.bits) << 16);
 }
 
 // Round to nearest even on the bit pattern; NaN stays a quiet NaN.
@@ -93,6 +106,18 @@ template <typename T, int V>
 __device__ __forceinline__ Vec<T, V> vload(const T* base, i64 i) {
     Vec<T, V> v;
     v.w = reinterpret_cast<const typename Vec<T, V>::word*>(base)[i];
+    return v;
+}
+
+// An input of the vector loop: one aligned vector, or, when ``loose`` (the
+// input sits at another phase than the written buffers: launch.py's
+// Split.loose), V elements one by one from the same positions.
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> vload_in(const T* base, i64 i, bool loose) {
+    if (!loose) return vload<T, V>(base, i);
+    Vec<T, V> v;
+#pragma unroll
+    for (int j = 0; j < V; ++j) v.e[j] = base[i * V + j];
     return v;
 }
 

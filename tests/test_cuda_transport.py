@@ -75,9 +75,9 @@ class FakeBackend:
         root = _root(buf)
         key = id(root).to_bytes(8, "little") * 8
         FakeBackend.registry[key] = root
-        return key, buf.ctypes.data - root.ctypes.data
+        return key, buf.ctypes.data - root.ctypes.data, root.ctypes.data
 
-    def pull(self, dst, handle, offset, nbytes):
+    def pull(self, dst, handle, offset, nbytes, owner=None):
         self.counts["pull"] += 1
         src = FakeBackend.registry[handle].reshape(-1).view(np.uint8)[offset:offset + nbytes].copy()
         return _LazyEvent(self.polls, lambda: dst.view(np.uint8).__setitem__(slice(0, nbytes), src))
@@ -291,3 +291,15 @@ def test_mismatch_over_device_protocols_fails_on_every_rank(mode, world):
     for r, e in enumerate(errors):
         assert isinstance(e, MismatchError), (r, repr(e))
         assert "count differs" in str(e) and f"rank {world - 1}: 5100" in str(e), str(e)
+
+
+def test_auto_setup_has_a_deadline_under_mpirun(mpi):
+    """Defect 12 of issue 11: the mode agreement was blocking MPI collectives (Split_type,
+    allreduce) inside the first device collective; a rank that never joined hung it forever."""
+    r = mpi(2, "device_setup.py", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count(": agreed ipc") == 2, r.stdout
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("rank 0: raised"))
+    assert "device transport setup" in line and "within 1 s" in line, line
+    assert float(line.split("after ")[1].split(" s")[0]) < 5
+    assert r.stdout.count(": done") == 2

@@ -147,3 +147,26 @@ def test_cu_headers_state_the_bytes_launch_py_counts():
         launch.bytes_moved("cast", 10, 2)
     with pytest.raises(ValueError):
         launch.bytes_moved("fft", 10)
+
+
+def test_split_read_only_input_at_another_phase_is_loose_not_scalar():
+    """An uneven ring segment (odd offset) reduced with an aligned scratch chunk: the written
+    buffer sets the phase, the input at the other phase is read element by element (loose);
+    before, the whole chunk went scalar."""
+    a, b, out = 4096 + 3 * 4, 8192, 4096 + 3 * 4  # a and out at phase 3, scratch b at phase 0
+    sp = launch.split(1000, [a, b, out], [4] * 3, 4, readonly=(0, 1))
+    assert (sp.head, sp.nvec, sp.tail, sp.loose) == (1, 249, 3, 0b10)
+    assert (out + sp.head * 4) % 16 == 0
+    sp = launch.split(1000, [8192, a, out], [4] * 3, 4, readonly=(0, 1))  # both inputs elsewhere
+    assert sp.loose == 0b01 and sp.nvec == 249
+    sp = launch.split(1000, [a + 4, b, out], [4] * 3, 4, readonly=(0, 1))
+    assert sp.loose == 0b11 and sp.nvec == 249
+    # written buffers that disagree still go scalar; so does a read-only one not element-aligned
+    assert launch.split(1000, [b, a, 8192], [4] * 3, 4, readonly=(0,)).nvec == 0  # written: phases 3 and 0
+    assert launch.split(1000, [a, b + 2, out], [4] * 3, 4, readonly=(0, 1)).nvec == 0
+    # without readonly every buffer must agree, as before
+    assert launch.split(1000, [a, b, out], [4] * 3, 4).nvec == 0
+    # nothing to vectorize: no loose bits
+    assert launch.split(2, [a, b, out], [4] * 3, 4, readonly=(0, 1)).loose == 0
+    p = launch.plan("rz_reduce_sum_f32", 1000, [(a, 4), (b, 4), (out, 4)], sm_count=132, readonly=(0, 1))
+    assert p.split.loose == 0b10 and p.split.nvec == 249

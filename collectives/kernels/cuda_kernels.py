@@ -1,15 +1,21 @@
 """Kernel set for cupy (CUDA) arrays: the csrc/ kernels behind NumpyKernels' interface.
 
-Each .cu file is compiled once per device through ``cupy.RawModule``
-(NVRTC; cupy also keeps the binary in its on-disk kernel cache) and its
-functions are looked up by the names in :mod:`.launch`. The local
-``#include "rz_common.cuh"`` is inlined before compiling, so cupy's cache
-key (the source text) changes whenever the header does.
+Each .cu file is compiled once per device with NVRTC, called directly
+through cupy's binding, to a cubin for the device's own architecture,
+which is loaded as a module; its functions are looked up by the names in
+:mod:`.launch`. Not through ``cupy.RawModule``: cupy appends
+``-ftz=true`` to every compile, which flushes subnormals to zero and would
+break the kernels' bit-for-bit agreement with the numpy reference. The
+options are launch.nvrtc_options (IEEE division, square root, no flush).
+The local ``#include "rz_common.cuh"`` is inlined before compiling.
+
+Grids are sized from each kernel's occupancy as the driver reports it
+(cuOccupancyMaxActiveBlocksPerMultiprocessor), one full wave at most.
 
 Streams: every kernel and copy goes on the device's legacy default stream,
 the one cupy uses unless told otherwise, so a collective is ordered after
 the user's earlier work on that stream and before their later work, and
-the device transport (transport/device.py) can order its copies against
+the device transport (transport/device/) can order its copies against
 it with events.
 
 Importing this module needs no cupy; :func:`cuda_kernels` raises a clear
@@ -24,7 +30,7 @@ import threading
 import numpy as np
 
 from ..dtypes import dtype_name
-from . import launch
+from . import is_device_array, launch
 from .reference import adamw_scalars, sgd_scalars
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
@@ -76,9 +82,57 @@ class CudaKernels:
         self._modules: dict = {}
         self._functions: dict = {}
         self._sm_counts: dict = {}
+        self._occupancy: dict = {}
         self._used: set = set()
+        self.compiled_with: dict = {}  # (device, file) -> the NVRTC options used
 
     # ------------------------------------------------------------ plumbing
+    def _compile(self, dev: int, file: str):
+        """Compile ``file`` for device ``dev`` with NVRTC (no -ftz) and load the result."""
+        cp = self._cp
+        nvrtc = cp.cuda.nvrtc
+        cc = int(cp.cuda.Device(dev).compute_capability)  # "90" on an H100/H200
+        try:
+            archs = tuple(nvrtc.getSupportedArchs())
+        except Exception:  # an old NVRTC without the query: trust it knows the device
+            archs = (cc,)
+        # A cubin for the device itself; PTX for the newest arch NVRTC knows
+        # when the device is newer than NVRTC (the driver compiles that).
+        arch = f"sm_{cc}" if cc in archs else f"compute_{max(a for a in archs if a <= cc)}"
+        opts = launch.nvrtc_options(file, arch)
+        prog = nvrtc.createProgram(kernel_source(file), file, (), ())
+        try:
+            try:
+                nvrtc.compileProgram(prog, opts)
+            except nvrtc.NVRTCError as e:
+                raise RuntimeError(f"NVRTC {nvrtc.getVersion()} failed on {file} for device {dev} "
+                                   f"({arch}, options {' '.join(opts)}): {e}\n{nvrtc.getProgramLog(prog)}") from e
+            image = nvrtc.getCUBIN(prog) if arch.startswith("sm_") else nvrtc.getPTX(prog)
+        finally:
+            nvrtc.destroyProgram(prog)
+        mod = cp.cuda.function.Module()
+        mod.load(bytes(image))
+        self.compiled_with[(dev, file)] = opts
+        return mod
+
+    def blocks_per_sm(self, dev: int, name: str) -> int:
+        """Blocks of launch.BLOCK threads of kernel ``name`` one SM of ``dev`` holds at once."""
+        key = (dev, name)
+        n = self._occupancy.get(key)
+        if n is None:
+            f = self._function(dev, name)
+            driver = self._cp.cuda.driver
+            with self._cp.cuda.Device(dev):
+                try:
+                    n = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(f.ptr, launch.BLOCK, 0))
+                except Exception:  # the driver call missing: the calculator on its register count
+                    regs = int(driver.funcGetAttribute(4, f.ptr))  # CU_FUNC_ATTRIBUTE_NUM_REGS
+                    n = launch.occupancy(regs, launch.BLOCK)
+            if n < 1:
+                raise RuntimeError(f"{name}: no block of {launch.BLOCK} threads fits an SM of device {dev}")
+            n = self._occupancy[key] = n
+        return n
+
     def _function(self, dev: int, name: str):
         key = (dev, name)
         f = self._functions.get(key)
@@ -87,8 +141,8 @@ class CudaKernels:
                 file = _FILE_OF[name]
                 mod = self._modules.get((dev, file))
                 if mod is None:
-                    mod = self._cp.RawModule(code=kernel_source(file), options=launch.OPTIONS[file])
-                    self._modules[(dev, file)] = mod
+                    with self._cp.cuda.Device(dev):
+                        mod = self._modules[(dev, file)] = self._compile(dev, file)
                 f = self._functions[key] = mod.get_function(name)
         return f
 
@@ -99,8 +153,9 @@ class CudaKernels:
                 self._cp.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"])
         return n
 
-    def _launch(self, name: str, n: int, planned, args, tail=()) -> None:
-        """Launch ``name`` over n elements; ``planned`` are the arrays whose alignment counts."""
+    def _launch(self, name: str, n: int, planned, args, tail=(), readonly=()) -> None:
+        """Launch ``name`` over n elements; ``planned`` are the arrays whose alignment counts,
+        ``readonly`` the indices among them of inputs the kernel may load element by element."""
         if n == 0:
             return
         dev = planned[0].device.id
@@ -109,10 +164,12 @@ class CudaKernels:
                 raise ValueError(f"{name}: arrays on devices {a.device.id} and {dev}")
         cp = self._cp
         with cp.cuda.Device(dev):
-            plan = launch.plan(name, n, [(a.data.ptr, a.dtype.itemsize) for a in planned], self._sm_count(dev))
+            plan = launch.plan(name, n, [(a.data.ptr, a.dtype.itemsize) for a in planned], self._sm_count(dev),
+                               blocks_per_sm=self.blocks_per_sm(dev, name), readonly=readonly)
             sp = plan.split
             self._function(dev, name)((plan.grid,), (plan.block,),
-                                      (*args, np.int64(n), np.int64(sp.head), np.int64(sp.nvec), *tail),
+                                      (*args, np.int64(n), np.int64(sp.head), np.int64(sp.nvec),
+                                       np.int32(sp.loose), *tail),
                                       stream=cp.cuda.Stream.null)
         self._used.add(dev)
 
@@ -135,12 +192,17 @@ class CudaKernels:
             raise ValueError(f"copy: {dst.nbytes} bytes into {src.nbytes}")
         if dst.nbytes == 0:
             return
-        def ptr(x):
-            return x.data.ptr if hasattr(x, "device") else x.ctypes.data
-        dev = dst.device.id if hasattr(dst, "device") else src.device.id
+        # numpy 2 arrays have a .device attribute too ("cpu"): ask what the array is.
+        on_dst, on_src = is_device_array(dst), is_device_array(src)
+        if not (on_dst or on_src):
+            raise ValueError("copy: both arrays are host memory; one must be on a device")
+
+        def ptr(x, on_device):
+            return x.data.ptr if on_device else x.ctypes.data
+        dev = dst.device.id if on_dst else src.device.id
         cp = self._cp
         with cp.cuda.Device(dev):
-            cp.cuda.runtime.memcpyAsync(ptr(dst), ptr(src), dst.nbytes, _MEMCPY_DEFAULT,
+            cp.cuda.runtime.memcpyAsync(ptr(dst, on_dst), ptr(src, on_src), dst.nbytes, _MEMCPY_DEFAULT,
                                         cp.cuda.Stream.null.ptr)
         self._used.add(dev)
 
@@ -148,7 +210,7 @@ class CudaKernels:
         """out = op(a, b), elementwise. ``out`` may alias ``a`` or ``b``."""
         self._same("reduce", a, b, out)
         a, b, out = _flat(a, "a"), _flat(b, "b"), _flat(out, "out")
-        self._launch(launch.reduce_kernel(op, a.dtype), a.size, [a, b, out], (a, b, out))
+        self._launch(launch.reduce_kernel(op, a.dtype), a.size, [a, b, out], (a, b, out), readonly=(0, 1))
 
     def reduce_(self, op: str, dst, src) -> None:
         """dst = op(dst, src), in place."""
@@ -169,7 +231,7 @@ class CudaKernels:
         if dst.dtype == src.dtype:
             return self.copy(dst, src)
         dst, src = _flat(dst, "dst"), _flat(src, "src")
-        self._launch(launch.cast_kernel(src.dtype, dst.dtype), src.size, [src, dst], (src, dst))
+        self._launch(launch.cast_kernel(src.dtype, dst.dtype), src.size, [src, dst], (src, dst), readonly=(0,))
 
     def adamw_step(self, param, grad, exp_avg, exp_avg_sq, *, lr, beta1, beta2, eps, weight_decay,
                    step, grad_scale=1.0, out_lowp=None) -> None:
@@ -185,7 +247,7 @@ class CudaKernels:
         tail = tuple(c[k] for k in ("grad_scale", "decay", "w1", "one_minus_w1", "beta2", "c2",
                                     "bc2_sqrt", "eps", "neg_step"))
         name = launch.optim_kernel("adamw", None if out_lowp is None else out_lowp.dtype)
-        self._launch(name, bufs[0].size, planned, (*bufs, low), tail)
+        self._launch(name, bufs[0].size, planned, (*bufs, low), tail, readonly=(1,))  # grad
 
     def sgd_step(self, param, grad, momentum_buf, *, lr, momentum, dampening, weight_decay, nesterov,
                  first_step, grad_scale=1.0, out_lowp=None) -> None:
@@ -206,7 +268,7 @@ class CudaKernels:
         tail = tuple(c[k] for k in ("grad_scale", "wd", "momentum", "damp1", "neg_lr",
                                     "has_wd", "has_momentum", "first_step", "nesterov"))
         name = launch.optim_kernel("sgd", None if out_lowp is None else out_lowp.dtype)
-        self._launch(name, p.size, planned, (p, g, buf, low), tail)
+        self._launch(name, p.size, planned, (p, g, buf, low), tail, readonly=(1,))  # grad
 
     @staticmethod
     def _lowp(bufs, out_lowp):

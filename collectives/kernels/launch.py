@@ -7,9 +7,11 @@ how wide a vector is, where the aligned part of a buffer starts and ends
 
 Every kernel walks its buffers the same way: elements [head, head + nvec*V)
 as aligned vectors of V elements, the others ([0, head) and the tail) one
-at a time, both in grid-stride loops. A vector load is aligned only if
-every buffer the kernel touches is at the same position modulo its vector
-size; when they disagree, the whole buffer goes the scalar way.
+at a time, both in grid-stride loops. A vector access is aligned only if
+the buffers are at the same position modulo their vector size. The
+buffers a kernel writes must agree (else the whole buffer goes the scalar
+way); an input it only reads may disagree, and is then loaded element by
+element inside the vector loop (Split.loose).
 """
 from __future__ import annotations
 
@@ -21,13 +23,34 @@ from ..dtypes import DTYPES, dtype_name
 
 VECTOR_BYTES = 16  # one 128-bit load or store per thread and buffer
 BLOCK = 256  # threads per block; the kernels declare __launch_bounds__(256)
-BLOCKS_PER_SM = 8  # 8 x 256 = 2048 resident threads per SM on sm_80/sm_90
+BLOCKS_PER_SM = 8  # the ceiling: 8 x 256 = 2048 resident threads per SM on sm_80/sm_90
+# What one SM holds (sm_80 and sm_90 alike): the limits occupancy() applies.
+SM_REGS = 65536
+SM_THREADS = 2048
+SM_BLOCKS = 32
+REG_ALLOC_UNIT = 256  # registers are handed to warps in units of 256
+# The fewest resident blocks of BLOCK threads per SM a kernel may leave (its registers
+# decide): below half an SM's threads, too few 16-byte loads are in flight to cover
+# HBM latency. tests/test_cuda_sass.py checks every kernel against it.
+MIN_BLOCKS_PER_SM = 4
 REDUCE_OPS = ("sum", "prod", "max", "min")
 SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
           "float64": "f64", "int32": "i32", "int64": "i64"}
 CASTS = (("float32", "bfloat16"), ("float32", "float16"), ("bfloat16", "float32"), ("float16", "float32"))
 LOWP = (None, "bfloat16", "float16")
-CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
+
+
+def _csrc() -> Path:
+    """The CUDA sources: csrc/ at the repository's top in a checkout (or an editable
+    install); collectives/kernels/csrc/ inside an installed package (setup.py copies it)."""
+    top = Path(__file__).resolve().parent.parent.parent / "csrc"
+    if (top / "rz_common.cuh").is_file():
+        return top
+    from importlib.resources import files
+    return Path(str(files("collectives.kernels") / "csrc"))
+
+
+CSRC = _csrc()
 
 # Compile options, shared by NVRTC (cupy.RawModule) and the nvcc check.
 # optim.cu must not contract a*b+c into FMA: its result is compared bit for
@@ -37,6 +60,16 @@ OPTIONS = {
     "cast.cu": ("--std=c++17",),
     "optim.cu": ("--std=c++17", "--fmad=false"),
 }
+# What NVRTC gets on top, spelled out: IEEE division and square root, and
+# subnormals kept. cupy.RawModule appends -ftz=true to every compile, which
+# would flush subnormal inputs and results to zero, so cuda_kernels.py
+# compiles with NVRTC itself and loads the cubin.
+NVRTC_IEEE = ("-ftz=false", "-prec-div=true", "-prec-sqrt=true")
+
+
+def nvrtc_options(file: str, arch: str) -> tuple[str, ...]:
+    """Every option NVRTC compiles ``file`` with for ``arch`` (e.g. "sm_90" or "compute_90")."""
+    return (*OPTIONS[file], *NVRTC_IEEE, f"--gpu-architecture={arch}")
 
 
 def reduce_kernel(op: str, dtype) -> str:
@@ -94,11 +127,17 @@ def vector_width(*itemsizes: int) -> int:
 
 @dataclass(frozen=True)
 class Split:
-    """How n elements divide: ``head`` scalars, ``nvec`` vectors of ``width``, ``tail`` scalars."""
+    """How n elements divide: ``head`` scalars, ``nvec`` vectors of ``width``, ``tail`` scalars.
+
+    ``loose``: bit k set when buffer k (a read-only input) is at another phase than
+    the written buffers, so the vector loop loads it element by element (the
+    kernels' ``loose`` argument); its stores and the other loads stay vectors.
+    """
     head: int
     nvec: int
     width: int
     tail: int
+    loose: int = 0
 
     @property
     def vector_elems(self) -> int:
@@ -109,7 +148,7 @@ class Split:
         return self.head + self.tail
 
 
-def split(n: int, addresses, itemsizes, width: int) -> Split:
+def split(n: int, addresses, itemsizes, width: int, readonly=()) -> Split:
     """The head/vector/tail split of n elements over buffers at ``addresses``.
 
     Args:
@@ -117,11 +156,16 @@ def split(n: int, addresses, itemsizes, width: int) -> Split:
       addresses: byte address of element 0 of each buffer.
       itemsizes: element size of each buffer, same order.
       width: elements per vector (see vector_width).
+      readonly: indices of buffers the kernel only reads and can load element by
+        element in its vector loop (see Split.loose).
 
     Element i of buffer b is vector-aligned when (addr_b + i*size_b) is a
-    multiple of width*size_b. All buffers must agree on the first such i;
-    otherwise (or if an address is not even element-aligned) everything is
-    scalar.
+    multiple of width*size_b. The written buffers (every buffer when all are
+    written) must agree on the first such i; otherwise, or if an address is
+    not even element-aligned, everything is scalar. A read-only buffer at
+    another phase does not spoil the vectors: it is marked loose. So a ring
+    segment at an odd offset reduced with an aligned scratch chunk still
+    stores full vectors.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
@@ -131,29 +175,54 @@ def split(n: int, addresses, itemsizes, width: int) -> Split:
     scalar = Split(head=n, nvec=0, width=width, tail=0)
     if width <= 1:
         return Split(head=0, nvec=n, width=1, tail=0) if width == 1 else scalar
-    phases = set()
+    phases = []
     for addr, size in zip(addresses, itemsizes):
         if addr % size:
             return scalar
-        phases.add((addr // size) % width)
-    if len(phases) != 1:
+        phases.append((addr // size) % width)
+    readonly = {i for i in readonly if 0 <= i < len(phases)}
+    anchor = {p for i, p in enumerate(phases) if i not in readonly} or set(phases)
+    if len(anchor) != 1:
         return scalar
-    head = min(n, (-phases.pop()) % width)
+    phase = anchor.pop()
+    loose = sum(1 << i for i in readonly if phases[i] != phase)
+    head = min(n, (-phase) % width)
     nvec = (n - head) // width
-    return Split(head=head, nvec=nvec, width=width, tail=n - head - nvec * width)
+    return Split(head=head, nvec=nvec, width=width, tail=n - head - nvec * width, loose=loose if nvec else 0)
 
 
-def grid_size(split_: Split, sm_count: int, block: int = BLOCK) -> int:
-    """Blocks to launch: enough threads for the larger loop, at most a full device.
+def occupancy(regs_per_thread: int, block: int = BLOCK, shared_bytes: int = 0,
+              sm_shared: int = 228 * 1024) -> int:
+    """Blocks of ``block`` threads one SM runs at once, from the registers a thread uses.
 
-    Grid-stride loops cover whatever the grid does not; capping at
-    BLOCKS_PER_SM blocks per SM keeps every SM full without a tail of
-    nearly empty waves. At least 1, so empty launches stay legal.
+    The same arithmetic as CUDA's occupancy calculator for sm_80/sm_90:
+    each warp gets ``ceil(regs*32 / 256) * 256`` registers out of 64 Ki,
+    and threads (2048), blocks (32) and shared memory cap it too. The
+    device's own cuOccupancyMaxActiveBlocksPerMultiprocessor is preferred
+    (cuda_kernels.py); this is its fallback and what the SASS check uses.
     """
-    if sm_count < 1 or block < 1:
-        raise ValueError(f"bad sm_count={sm_count} or block={block}")
+    if regs_per_thread < 1 or block < 1:
+        raise ValueError(f"bad regs_per_thread={regs_per_thread} or block={block}")
+    warps = math.ceil(block / 32)
+    per_warp = math.ceil(regs_per_thread * 32 / REG_ALLOC_UNIT) * REG_ALLOC_UNIT
+    by_regs = SM_REGS // (per_warp * warps)
+    by_shared = sm_shared // shared_bytes if shared_bytes else SM_BLOCKS
+    return max(0, min(by_regs, SM_THREADS // block, SM_BLOCKS, by_shared))
+
+
+def grid_size(split_: Split, sm_count: int, block: int = BLOCK, blocks_per_sm: int = BLOCKS_PER_SM) -> int:
+    """Blocks to launch: enough threads for the larger loop, at most one full wave.
+
+    Grid-stride loops cover whatever the grid does not. ``blocks_per_sm``
+    is how many blocks of this kernel an SM holds at once (its occupancy,
+    from its register count); capping the grid at one wave of them avoids
+    a full wave followed by a ragged second one. At least 1, so empty
+    launches stay legal.
+    """
+    if sm_count < 1 or block < 1 or blocks_per_sm < 1:
+        raise ValueError(f"bad sm_count={sm_count}, block={block} or blocks_per_sm={blocks_per_sm}")
     work = max(split_.nvec, split_.head + split_.tail)
-    return max(1, min(math.ceil(work / block), sm_count * BLOCKS_PER_SM))
+    return max(1, min(math.ceil(work / block), sm_count * blocks_per_sm))
 
 
 @dataclass(frozen=True)
@@ -165,12 +234,23 @@ class Launch:
     split: Split
 
 
-def plan(name: str, n: int, arrays: list[tuple[int, int]], sm_count: int, width: int | None = None) -> Launch:
-    """Launch for kernel ``name`` over n elements of ``arrays`` = [(address, itemsize), ...]."""
+def plan(name: str, n: int, arrays: list[tuple[int, int]], sm_count: int, width: int | None = None,
+         blocks_per_sm: int = BLOCKS_PER_SM, readonly=()) -> Launch:
+    """Launch for kernel ``name`` over n elements of ``arrays`` = [(address, itemsize), ...].
+
+    Args:
+      name: the kernel.
+      n: elements per buffer.
+      arrays: (byte address, element size) of each buffer the kernel touches.
+      sm_count: multiprocessors on the device.
+      width: elements per vector (default: from the element sizes).
+      blocks_per_sm: the kernel's occupancy (see :func:`occupancy`).
+      readonly: indices into ``arrays`` of the buffers the kernel only reads (see split).
+    """
     sizes = [s for _, s in arrays]
     w = vector_width(*sizes) if width is None else width
-    sp = split(n, [a for a, _ in arrays], sizes, w)
-    return Launch(name=name, grid=grid_size(sp, sm_count), block=BLOCK, split=sp)
+    sp = split(n, [a for a, _ in arrays], sizes, w, readonly)
+    return Launch(name=name, grid=grid_size(sp, sm_count, BLOCK, blocks_per_sm), block=BLOCK, split=sp)
 
 
 # ---------------------------------------------------------------- bandwidth

@@ -88,9 +88,9 @@ def reduce(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def scale(x: np.ndarray, divisor: int) -> np.ndarray:
     """x / divisor: integers truncate toward zero (C division), half types via float32."""
     name = dtype_name(x.dtype)
-    if x.dtype.kind == "i":
-        q = np.abs(x.astype(np.int64)) // int(divisor)
-        return np.where(x < 0, -q, q).astype(x.dtype)
+    if x.dtype.kind == "i":  # floor, then up by one where a negative had a remainder (abs(min) overflows)
+        d = x.dtype.type(divisor)
+        return (x // d + ((x % d != 0) & (x < 0))).astype(x.dtype)
     if name in HALF:
         return round_to(widen(x) / F32(divisor), x.dtype)
     return x / x.dtype.type(divisor)

@@ -1,11 +1,24 @@
-"""Every collective on cupy arrays under mpirun, through one device transport mode.
+"""Every collective on cupy arrays under mpirun, through the device transport's modes.
 
-    mpirun -n N python tests/mpi/gpu_collectives.py MODE      (MODE: ipc, staged, auto)
+    mpirun -n N python tests/mpi/gpu_collectives.py MODE [--bench] [--json PATH]
 
-Ranks share the GPUs round-robin (several per GPU when N exceeds them).
-Inputs are integer-valued so any summation order is exact; prints OK.
+MODE: ipc, staged, cuda_aware, auto, or all (ipc, staged, and cuda_aware when
+the MPI library says it takes device pointers). Ranks share the GPUs
+round-robin (several per GPU when N exceeds them). Inputs are integer-valued
+so any summation order is exact. Rank 0 prints one PASS/FAIL line per mode
+(and "rank r: OK mode=..." lines per rank, which tests/test_cuda_mpi.py counts).
+
+--bench: then times all-reduce, reduce-scatter and all-gather of 64 MiB of
+float32 per mode, with the library's default chunk and with device-sized
+(16 MiB) chunks, and prints busbw beside a device-to-device copy of the same
+size measured in the same run (the roofline: no ring on one GPU moves data
+faster than a copy does). INFO lines; the records go to --json.
 """
+import argparse
+import json
 import sys
+import time
+import traceback
 
 import cupy as cp
 import numpy as np
@@ -13,33 +26,129 @@ from mpi4py import MPI
 
 from collectives import Communicator
 from collectives.dtypes import bfloat16
-from collectives.transport.device import make_device_transport
+from collectives.transport.device import cuda_aware_mpi, make_device_transport
 from collectives.transport.mpi import MpiTransport
 
-mode = sys.argv[1]
+ap = argparse.ArgumentParser()
+ap.add_argument("mode")
+ap.add_argument("--bench", action="store_true")
+ap.add_argument("--json", default=None)
+args = ap.parse_args()
 world = MPI.COMM_WORLD
 r, n = world.Get_rank(), world.Get_size()
 cp.cuda.Device(r % cp.cuda.runtime.getDeviceCount()).use()
-dt_host = make_device_transport(MpiTransport(world), mode)
-comm = Communicator(transport=dt_host, timeout=60, chunk_bytes=64 * 1024)
-for dtype in (np.float32, np.float64, np.int32, np.int64, np.float16, bfloat16):
-    for count in (0, 1, 1000 + 3, 1 << 20):
-        base = (np.arange(count) % 13).astype(np.float32)
-        x = cp.asarray((base * (r + 1)).astype(dtype))
-        got = comm.all_reduce(x)
-        want = (base * (n * (n + 1) // 2)).astype(dtype)
-        assert np.array_equal(cp.asnumpy(got).astype(np.float64), want.astype(np.float64)), (dtype, count)
-        got = comm.all_reduce(cp.asarray(np.full(count, r, dtype)), op="max")
-        assert (cp.asnumpy(got).astype(np.float64) == n - 1).all()
-        counts = [count // n + (i < count % n) for i in range(n)]
-        rs = comm.reduce_scatter(x, counts=counts)
-        off = sum(counts[:r])
-        assert np.array_equal(cp.asnumpy(rs).astype(np.float64), want[off:off + counts[r]].astype(np.float64))
-        ag = comm.all_gather(cp.asarray(np.full(counts[r], r, dtype)), counts=counts)
-        assert np.array_equal(cp.asnumpy(ag).astype(np.float64), np.repeat(np.arange(n), counts).astype(np.float64))
-        bc = comm.broadcast(cp.asarray(np.full(count, r, dtype)), root=n - 1)
-        assert (cp.asnumpy(bc).astype(np.float64) == n - 1).all()
-cp.cuda.Stream.null.synchronize()
-comm.close()
-dt_host.close()
-print(f"rank {r}: OK mode={dt_host.mode}", flush=True)
+
+
+def say(s):
+    if r == 0:
+        print(s, flush=True)
+
+
+def check_all(comm):
+    for dtype in (np.float32, np.float64, np.int32, np.int64, np.float16, bfloat16):
+        for count in (0, 1, 1000 + 3, 1 << 20):
+            base = (np.arange(count) % 13).astype(np.float32)
+            x = cp.asarray((base * (r + 1)).astype(dtype))
+            got = comm.all_reduce(x)
+            want = (base * (n * (n + 1) // 2)).astype(dtype)
+            assert np.array_equal(cp.asnumpy(got).astype(np.float64), want.astype(np.float64)), (dtype, count)
+            got = comm.all_reduce(cp.asarray(np.full(count, r, dtype)), op="max")
+            assert (cp.asnumpy(got).astype(np.float64) == n - 1).all(), (dtype, count, "max")
+            counts = [count // n + (i < count % n) for i in range(n)]
+            rs = comm.reduce_scatter(x, counts=counts)
+            off = sum(counts[:r])
+            assert np.array_equal(cp.asnumpy(rs).astype(np.float64),
+                                  want[off:off + counts[r]].astype(np.float64)), (dtype, count, "reduce_scatter")
+            ag = comm.all_gather(cp.asarray(np.full(counts[r], r, dtype)), counts=counts)
+            assert np.array_equal(cp.asnumpy(ag).astype(np.float64),
+                                  np.repeat(np.arange(n), counts).astype(np.float64)), (dtype, count, "all_gather")
+            bc = comm.broadcast(cp.asarray(np.full(count, r, dtype)), root=n - 1)
+            assert (cp.asnumpy(bc).astype(np.float64) == n - 1).all(), (dtype, count, "broadcast")
+    cp.cuda.Stream.null.synchronize()
+
+
+def timed(fn, iters=10):
+    fn()
+    cp.cuda.runtime.deviceSynchronize()
+    world.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    return world.allreduce((time.perf_counter() - t0) / iters, op=MPI.MAX)
+
+
+def copy_gbps(nbytes):
+    a, b = cp.ones(nbytes // 4, cp.float32), cp.empty(nbytes // 4, cp.float32)
+    t = timed(lambda: cp.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, nbytes, 3, cp.cuda.Stream.null.ptr))
+    return 2 * nbytes / t / 1e9  # read + write
+
+
+def bench(comm, mode, chunk, copy_bw, records):
+    nbytes = 64 << 20
+    count = nbytes // 4
+    x = cp.ones(count, cp.float32)
+    out = cp.empty(count, cp.float32)
+    shard = cp.ones(count // n, cp.float32)
+    cases = {"all_reduce": (lambda: comm.all_reduce(x, out=out), 2 * (n - 1) / n),
+             "reduce_scatter": (lambda: comm.reduce_scatter(x), (n - 1) / n),
+             "all_gather": (lambda: comm.all_gather(shard, out=out), (n - 1) / n)}
+    for op, (fn, factor) in cases.items():
+        t = timed(fn)
+        busbw = nbytes / t / 1e9 * factor
+        rec = dict(mode=mode, op=op, bytes=nbytes, chunk_bytes=chunk, ranks=n, time_us=t * 1e6, busbw=busbw,
+                   copy_gbps=copy_bw, fraction_of_copy=busbw / copy_bw)
+        records.append(rec)
+        say(f"INFO ring-{mode}: {op} 64 MiB f32, chunk {chunk >> 10} KiB: {t * 1e6:.0f} us, busbw {busbw:.0f} GB/s "
+            f"= {busbw / copy_bw:.1%} of the copy ({copy_bw:.0f} GB/s)")
+
+
+modes = [args.mode]
+if args.mode == "all":
+    aware = world.allreduce(int(cuda_aware_mpi()[0]), op=MPI.MIN)
+    say(f"INFO ring: CUDA-aware MPI: {cuda_aware_mpi()[1]}")
+    modes = ["ipc", "staged"] + (["cuda_aware"] if aware else [])
+records, failed = [], False
+copy_bw = copy_gbps(64 << 20) if args.bench else None
+for mode in modes:
+    ok, why = True, ""
+    t0 = time.perf_counter()
+    dt = make_device_transport(MpiTransport(world), mode)
+    comm = Communicator(transport=dt, timeout=10, chunk_bytes=256 * 1024)  # several chunks at 1M elements
+    try:
+        check_all(comm)
+    except Exception as e:  # the other rank times out of its collective and reports too
+        ok, why = False, f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+    whys = world.allgather(why)
+    all_ok = not any(whys)
+    if ok:
+        print(f"rank {r}: OK mode={dt.mode}", flush=True)
+    # the root cause first: a rank's own error before the timeouts it caused on its peers
+    causes = sorted((("Timeout" in w), i, w) for i, w in enumerate(whys) if w)
+    say(f"{'PASS' if all_ok else 'FAIL'} ring-{mode}: every collective, 6 dtypes, counts 0..1M, {n} ranks "
+        f"({time.perf_counter() - t0:.1f} s){'' if all_ok else f': rank {causes[0][1]}: {causes[0][2]}'}")
+    failed |= not all_ok
+    if mode == "ipc" and all_ok and n > 1:  # one IPC handle per allocation, not per message (backend caches)
+        st = dt.backend.stats
+        cached = 0 < st["handles_made"] < st["exports"] and st["mappings_opened"] < st["pulls"]
+        every = world.allreduce(int(cached), op=MPI.MIN)
+        say(f"{'PASS' if every else 'FAIL'} ipc-cache: rank 0 exported {st['exports']} messages with "
+            f"{st['handles_made']} IPC handles, pulled {st['pulls']} through {st['mappings_opened']} mappings")
+        failed |= not every
+    comm.close()
+    if args.bench and all_ok:
+        for chunk in (None, 16 << 20):
+            kw = {} if chunk is None else {"chunk_bytes": chunk}
+            bc = Communicator(transport=dt, timeout=10, **kw)
+            try:
+                bench(bc, mode, bc.chunk_bytes, copy_bw, records)
+            except Exception as e:
+                say(f"FAIL ring-{mode}-bench: {type(e).__name__}: {e}")
+                failed = True
+            bc.close()
+    dt.close()
+if args.json and r == 0:
+    with open(args.json, "w") as f:
+        json.dump(records, f, indent=1)
+sys.exit(1 if failed else 0)

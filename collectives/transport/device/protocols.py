@@ -1,0 +1,156 @@
+"""One send or receive of a device buffer, per mode: staged, CUDA-aware MPI, CUDA IPC."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import CollectiveError
+
+ACK_TAG_OFFSET = 16384  # acks travel on tag + this (MPI guarantees tags up to 32767)
+_CTRL_WORDS = 4 + 8  # nbytes, offset, 2 spare, 64-byte IPC handle
+
+
+class _Op:
+    """One send or receive; ``step`` moves it on, ``ordered`` once its MPI
+    message is posted (later operations of its channel wait for that)."""
+
+    ordered = False
+    done = False
+    error = None  # raised when this operation's handle is tested, as MPI reports a request's error
+
+    def __init__(self, t: "DeviceTransport", buf, peer: int, tag: int):
+        self.t, self.buf, self.peer, self.tag = t, buf, peer, tag
+        self.nbytes = buf.nbytes
+        self.reqs: list = []
+
+    def cancel(self) -> None:
+        self.t.host.cancel([r for r in self.reqs if r is not None])
+
+
+class _StagedSend(_Op):
+    def __init__(self, t, buf, peer, tag):
+        super().__init__(t, buf, peer, tag)
+        b = t.backend
+        self.host = b.pinned(self.nbytes)
+        self.copied = b.d2h(self.host, buf, b.record(buf))
+
+    def step(self):
+        if not self.ordered and self.copied.done():
+            self.reqs.append(self.t.host.isend(self.host, self.peer, self.tag))
+            self.ordered = True
+        if self.ordered and self.t.host.test(self.reqs[0]):
+            self.host, self.done = None, True
+
+
+class _StagedRecv(_Op):
+    def __init__(self, t, buf, peer, tag):
+        super().__init__(t, buf, peer, tag)
+        b = t.backend
+        self.free = b.record(buf)  # queued kernels that still use buf
+        self.host = b.pinned(self.nbytes)
+        self.reqs.append(t.host.irecv(self.host, peer, tag))
+        self.ordered = True
+        self.landed = None
+
+    def step(self):
+        if self.landed is None:
+            if self.t.host.test(self.reqs[0]):
+                self.landed = self.t.backend.h2d(self.buf, self.host, self.free)
+        elif self.landed.done():
+            self.host, self.done = None, True
+
+
+class _DirectSend(_Op):
+    """CUDA-aware MPI: the library reads the device buffer once its data is final."""
+
+    def __init__(self, t, buf, peer, tag):
+        super().__init__(t, buf, peer, tag)
+        self.ready = t.backend.record(buf)
+
+    def step(self):
+        if not self.ordered and self.ready.done():
+            self.reqs.append(self.t.host.isend(self.buf, self.peer, self.tag))
+            self.ordered = True
+        if self.ordered and self.t.host.test(self.reqs[0]):
+            self.done = True
+
+
+class _DirectRecv(_Op):
+    def __init__(self, t, buf, peer, tag):
+        super().__init__(t, buf, peer, tag)
+        self.free = t.backend.record(buf)
+
+    def step(self):
+        if not self.ordered and self.free.done():
+            self.reqs.append(self.t.host.irecv(self.buf, self.peer, self.tag))
+            self.ordered = True
+        if self.ordered and self.t.host.test(self.reqs[0]):
+            self.done = True
+
+
+def _ctrl(nbytes: int, offset: int, handle: bytes, start: int = 0) -> np.ndarray:
+    """The IPC control message: nbytes, offset, the allocation's start in the sender, a spare
+    word, the 64-byte handle."""
+    msg = np.zeros(_CTRL_WORDS, np.int64)
+    msg[0], msg[1], msg[2] = nbytes, offset, np.uint64(start).astype(np.int64)
+    raw = np.frombuffer(handle.ljust(64, b"\0")[:64], np.int64)
+    msg[4:] = raw
+    return msg
+
+
+class _IpcSend(_Op):
+    def __init__(self, t, buf, peer, tag):
+        super().__init__(t, buf, peer, tag)
+        self.ready = t.backend.record(buf)
+
+    def step(self):
+        t = self.t
+        if not self.ordered and self.ready.done():
+            handle, offset, start = t.backend.export(self.buf) if self.nbytes else (b"", 0, 0)
+            self.msg = _ctrl(self.nbytes, offset, handle, start)
+            self.ack = np.zeros(1, np.int64)
+            self.reqs += [t.host.isend(self.msg, self.peer, self.tag),
+                          t.host.irecv(self.ack, self.peer, self.tag + ACK_TAG_OFFSET)]
+            self.ordered = True
+        if self.ordered and t.host.testall(self.reqs):
+            self.done = True  # the receiver has copied; buf is ours again
+
+
+class _IpcRecv(_Op):
+    def __init__(self, t, buf, peer, tag):
+        super().__init__(t, buf, peer, tag)
+        self.msg = np.zeros(_CTRL_WORDS, np.int64)
+        self.reqs.append(t.host.irecv(self.msg, peer, tag))
+        self.ordered = True
+        self.copied = None
+        self.acked = None
+
+    def step(self):
+        t = self.t
+        if self.copied is None:
+            if not t.host.test(self.reqs[0]):
+                return
+            nbytes, offset = int(self.msg[0]), int(self.msg[1])
+            if nbytes > self.nbytes:  # shorter is fine, as in MPI
+                raise CollectiveError(f"rank {t.rank}: message from rank {self.peer} (tag {self.tag}) has "
+                                      f"{nbytes} bytes, the receive has room for {self.nbytes}")
+            handle = self.msg[4:].tobytes()
+            owner = (self.peer, int(self.msg[2]))
+            self.copied = t.backend.pull(self.buf, handle, offset, nbytes, owner) if nbytes else _Ready()
+        if self.acked is None and self.copied.done():
+            self.ack = np.ones(1, np.int64)
+            self.acked = t.host.isend(self.ack, self.peer, self.tag + ACK_TAG_OFFSET)
+            self.reqs.append(self.acked)
+        if self.acked is not None and t.host.test(self.acked):
+            self.done = True
+
+
+class _Ready:
+    @staticmethod
+    def done() -> bool:
+        return True
+
+
+_OPS = {"staged": (_StagedSend, _StagedRecv), "cuda_aware": (_DirectSend, _DirectRecv),
+        "ipc": (_IpcSend, _IpcRecv)}
+
+
