@@ -1,19 +1,20 @@
 // optim.cu: fused optimizer steps over a flat float32 shard, one pass each.
 //
-// AdamW, in torch.optim.AdamW's order of operations (one rounding per op;
-// the module is built with --fmad=false so no multiply-add is contracted
-// and the result matches collectives/kernels/reference.py bit for bit):
+// AdamW, in torch.optim.AdamW's order of operations, with torch's CPU kernel's
+// fused multiply-adds written out as fmaf and nothing else contracted (the
+// module is built with --fmad=false), so the result matches
+// collectives/kernels/numpy_optim.py (which reference.py runs) bit for bit:
 //   g  = grad * grad_scale
 //   p  = p * (1 - lr*wd)                           decoupled weight decay
-//   m  = lerp(m, g, 1 - beta1)                     torch's lerp formula
-//   v  = v * beta2 + ((1 - beta2) * g) * g
+//   m  = lerp(m, g, 1 - beta1)                     torch's lerp: fma(w, g-m, m) for w < 0.5, else fma(w-1, g-m, g)
+//   v  = fma((1 - beta2) * g, g, v * beta2)
 //   p  = p + (-lr/bc1 * m) / (sqrt(v) / sqrt(bc2) + eps)
 //   with bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (computed on the host)
 // SGD with momentum, in torch.optim.SGD's order:
-//   g  = grad * grad_scale;  g = g + wd * p          (if wd != 0)
-//   b  = first_step ? g : b * momentum + (1 - dampening) * g   (if momentum != 0)
-//   g  = nesterov ? g + momentum * b : b                       (if momentum != 0)
-//   p  = p + (-lr) * g
+//   g  = grad * grad_scale;  g = fma(p, wd, g)       (if wd != 0)
+//   b  = first_step ? g : fma(g, 1 - dampening, b * momentum)  (if momentum != 0)
+//   g  = nesterov ? fma(b, momentum, g) : b                    (if momentum != 0)
+//   p  = fma(g, -lr, p)
 // Either step optionally writes the new weights rounded to bf16 or f16
 // (nearest even) in the same pass: rz_adamw_f32_bf16, rz_sgd_f32_f16, ...
 // Entry points: rz_adamw_f32[_bf16|_f16], rz_sgd_f32[_bf16|_f16]; the
@@ -44,8 +45,8 @@ struct AdamWArgs {
 __device__ __forceinline__ void adamw_elem(float& p, float g, float& m, float& v, const AdamWArgs& a) {
     g = g * a.grad_scale;
     p = p * a.decay;
-    m = (a.w1 < 0.5f) ? m + a.w1 * (g - m) : g - (g - m) * a.one_minus_w1;
-    v = v * a.beta2 + (a.c2 * g) * g;
+    m = (a.w1 < 0.5f) ? fmaf(a.w1, g - m, m) : fmaf(-a.one_minus_w1, g - m, g);  // torch's lerp, both branches
+    v = fmaf(a.c2 * g, g, v * a.beta2);
     const float denom = sqrtf(v) / a.bc2_sqrt + a.eps;
     p = p + (a.neg_step * m) / denom;
 }
@@ -102,12 +103,12 @@ struct SgdArgs {
 
 __device__ __forceinline__ void sgd_elem(float& p, float g, float& b, const SgdArgs& a) {
     g = g * a.grad_scale;
-    if (a.has_wd) g = g + a.wd * p;
+    if (a.has_wd) g = fmaf(p, a.wd, g);
     if (a.has_momentum) {
-        b = a.first_step ? g : b * a.momentum + a.damp1 * g;
-        g = a.nesterov ? g + a.momentum * b : b;
+        b = a.first_step ? g : fmaf(g, a.damp1, b * a.momentum);
+        g = a.nesterov ? fmaf(b, a.momentum, g) : b;
     }
-    p = p + a.neg_lr * g;
+    p = fmaf(g, a.neg_lr, p);
 }
 
 // buf is read and written only when has_momentum (the host passes any
