@@ -89,6 +89,7 @@ class Communicator:
         self._device_transport = None
         self._engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
         self._host_scratch = self._scratch_for(NUMPY_KERNELS)
+        self._symmetric = None  # the symmetric heap (collectives/symmetric), made by the first alloc()
 
     # ------------------------------------------------------------------ API
     def all_reduce(self, x, op: str = "sum", out=None, async_op: bool = False):
@@ -104,6 +105,8 @@ class Communicator:
         self._check_array(x, "x")
         out = self._out(out, x, x.size, "out", like=x)
         hdr = self._header("all_reduce", x, op=code, count=x.size)
+        if self._symmetric is not None and self._symmetric.takes(x):  # x in the heap: read peers directly
+            return self._launch("all_reduce", hdr, lambda c: self._symmetric.all_reduce(c, hdr, x, out, op), out, async_op)
         xf, of = x.reshape(-1), out.reshape(-1)
         return self._launch("all_reduce", hdr, lambda ctx: self._all_reduce(ctx, hdr, xf, of, op), out, async_op)
 
@@ -133,6 +136,9 @@ class Communicator:
         if not is_device_array(x) and np.shares_memory(out, x):
             raise ValueError("reduce_scatter: out must not overlap x")
         hdr = self._header("reduce_scatter", x, op=code, count=x.size, counts=digest(counts))
+        if self._symmetric is not None and self._symmetric.takes(x):
+            return self._launch("reduce_scatter", hdr,
+                                lambda c: self._symmetric.reduce_scatter(c, hdr, x, out, counts, op), out, async_op)
         xf, of = x.reshape(-1), out.reshape(-1)
         return self._launch("reduce_scatter", hdr,
                             lambda ctx: self._reduce_scatter(ctx, hdr, xf, of, counts, op), out, async_op)
@@ -157,6 +163,8 @@ class Communicator:
             cnt = sum(counts)
         out = self._out(out, x, sum(counts), "out")
         hdr = self._header("all_gather", x, count=cnt, counts=digest(counts))
+        if self._symmetric is not None and self._symmetric.takes(x):
+            return self._launch("all_gather", hdr, lambda c: self._symmetric.all_gather(c, hdr, x, out, counts), out, async_op)
         xf, of = x.reshape(-1), out.reshape(-1)
         return self._launch("all_gather", hdr, lambda ctx: self._all_gather(ctx, hdr, xf, of, counts), out, async_op)
 
@@ -167,13 +175,32 @@ class Communicator:
             raise ValueError(f"broadcast: root {root!r} is not a rank of this group (size {self.size})")
         out = self._out(out, x, x.size, "out", like=x)
         hdr = self._header("broadcast", x, count=x.size, root=int(root))
+        if self._symmetric is not None and self._symmetric.takes(x):
+            return self._launch("broadcast", hdr, lambda c: self._symmetric.broadcast(c, hdr, x, out, int(root)), out, async_op)
         xf, of = x.reshape(-1), out.reshape(-1)
         return self._launch("broadcast", hdr, lambda ctx: self._broadcast(ctx, hdr, xf, of, int(root)), out, async_op)
 
     def barrier(self, async_op: bool = False):
         """Return once every rank has entered the barrier."""
         hdr = self._header("barrier", None)
+        if self._symmetric is not None and self._symmetric.enabled:
+            return self._launch("barrier", hdr, lambda c: self._symmetric.barrier(c, hdr), None, async_op)
         return self._launch("barrier", hdr, lambda ctx: agree(ctx, hdr), None, async_op)
+
+    def alloc(self, shape, dtype=np.float32) -> np.ndarray:
+        """A numpy array in the node's symmetric heap: collectives on such arrays read
+        peers' memory directly (collectives/symmetric). Every rank must call it, with
+        the same shapes in the same order, and pass heap arrays on every rank.
+
+        Args:
+          shape: the array's shape.
+          dtype: a supported dtype (see dtypes.py).
+        """
+        dtype_code(np.dtype(dtype))
+        if self._symmetric is None:
+            from .symmetric import Symmetric
+            self._symmetric = Symmetric(self, direct=self.algorithm == "ring")
+        return self._symmetric.alloc(shape, dtype)
 
     def scratch_bytes(self) -> int:
         """Bytes of the reusable communication buffers this communicator holds now."""
@@ -182,6 +209,8 @@ class Communicator:
     def close(self) -> None:
         """Finish queued work and release the progress thread and MPI resources."""
         self._engine.close()
+        if self._symmetric is not None:
+            self._symmetric.close()
         if self._baseline is not None:
             self._baseline.close()
         if self._device_transport is not None:

@@ -1,0 +1,92 @@
+"""Symmetric memory: a heap every rank of a node maps, and collectives that
+read peers' buffers in place (see DESIGN.md, "Symmetric memory within a node").
+
+``Communicator.alloc(shape, dtype)`` makes the heap on first use (a call every
+rank makes) and returns arrays in it; a collective whose input lives in the
+heap on every rank takes the direct path. Pieces:
+
+- heap.py: the windows (``MPI.Win.Allocate_shared`` + ``Shared_query``) and
+  where an array lives in them.
+- signals.py: one control slot per rank: sequence-number flags with
+  deadlines, and the header agreement, checked before any data is read.
+- direct.py: reduce-scatter, all-gather, all-reduce, broadcast, barrier
+  within a node.
+- hier.py: several nodes: direct within each node, the ring between them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .direct import Direct
+from .heap import Heap, node_comm
+from .signals import Signals
+
+__all__ = ["Symmetric", "Heap", "Direct", "Signals", "node_comm"]
+
+
+class Symmetric:
+    """The communicator's symmetric side: heap, signals, direct and hierarchical paths.
+
+    Args:
+      comm: the owning Communicator (its MPI transport gives the ranks).
+      direct: take the direct path for heap buffers (False for the baselines,
+        which get heap arrays from ``alloc`` but run their own collectives).
+    """
+
+    def __init__(self, comm, direct: bool = True):
+        transport = comm.transport
+        world = transport.comm
+        self.rank = world.Get_rank()
+        node = node_comm(world)
+        self.heap = Heap(node)
+        ranks = node.allgather(self.rank)
+        self.signals = Signals(self.heap, ranks, getattr(transport, "oversubscribed", False))
+        self.direct = Direct(self.heap, self.signals)
+        self.single_node = node.Get_size() == world.Get_size()
+        self.hier = None
+        if not self.single_node:
+            from .hier import Hierarchy
+            self.hier = Hierarchy(comm, self, ranks)
+        self.enabled = direct and (self.single_node or self.hier.usable)
+
+    def alloc(self, shape, dtype) -> np.ndarray:
+        """An array in the heap (a collective call over the node)."""
+        return self.heap.alloc(shape, dtype)
+
+    def takes(self, x) -> bool:
+        """Whether a collective on ``x`` takes the direct path (``x`` is in the heap)."""
+        return self.enabled and self.heap.locate(x) is not None
+
+    # Each collective: x and out as the caller passed them (their identity keys the
+    # cached plans); flat views are made here.
+    def all_reduce(self, ctx, hdr, x, out, op):
+        if self.hier is not None:
+            return self.hier.all_reduce(ctx, hdr, x, out, op)
+        loc = self.heap.locate
+        return self.direct.all_reduce(ctx, hdr, x.reshape(-1), out.reshape(-1), op, loc(x), loc(out))
+
+    def reduce_scatter(self, ctx, hdr, x, out, counts, op):
+        if self.hier is not None:
+            return self.hier.reduce_scatter(ctx, hdr, x, out, counts, op)
+        return self.direct.reduce_scatter(ctx, hdr, x.reshape(-1), out.reshape(-1), counts, op, self.heap.locate(x))
+
+    def all_gather(self, ctx, hdr, x, out, counts):
+        if self.hier is not None:
+            return self.hier.all_gather(ctx, hdr, x, out, counts)
+        return self.direct.all_gather(ctx, hdr, x.reshape(-1), out.reshape(-1), counts, self.heap.locate(x))
+
+    def broadcast(self, ctx, hdr, x, out, root):
+        if self.hier is not None:
+            return self.hier.broadcast(ctx, hdr, x, out, root)
+        return self.direct.broadcast(ctx, hdr, x.reshape(-1), out.reshape(-1), root, self.heap.locate(x))
+
+    def close(self) -> None:
+        if self.hier is not None:
+            self.hier.close()
+        self.heap.close()
+        self.heap.comm.Free()
+
+    def barrier(self, ctx, hdr):
+        if self.hier is not None:
+            return self.hier.barrier(ctx, hdr)
+        return self.direct.barrier(ctx, hdr)

@@ -1,0 +1,202 @@
+"""Direct collectives within a node: every rank reads its peers' buffers in place.
+
+All buffers named here are flat. A call posts its header with where its
+source (and, for an all-reduce, its destination) lives, waits until every
+peer has posted, compares the headers (signals.py), and only then reads:
+
+- reduce-scatter: each rank reduces its own segment reading every peer's
+  source segment, in cache-sized chunks (the partial result stays in cache
+  while the next peer's chunk streams in), straight into ``out``.
+- all-gather: each rank copies every peer's piece into ``out``.
+- all-reduce: the two with no copy in between. Each rank reduces its segment
+  into its destination (``out`` when that is in the heap, else symmetric
+  scratch), raises its flag, and copies each peer's reduced segment as soon
+  as that peer's flag says it is there. Small all-reduces (up to
+  ``SMALL_BYTES``) skip the second phase: every rank reduces the whole
+  vector, in rank order, so every rank computes the same bits.
+- broadcast: every rank copies the root's buffer.
+
+Each element is read once from each rank and written once. Before
+returning, every rank waits until every peer says it is done reading (the
+caller may overwrite its buffers as soon as we return).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import HALF, dtype_name
+from ..kernels import NUMPY_KERNELS
+from ..schedule import split_counts
+from .signals import DONE, READY, REDUCED
+
+SMALL_BYTES = 32 * 1024  # all-reduces this small: one phase (every rank reduces all of it)
+CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
+_F32 = np.dtype(np.float32)
+_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _offsets(counts):
+    offs, o = [], 0
+    for c in counts:
+        offs.append(o)
+        o += c
+    return offs
+
+
+class Direct:
+    """The direct algorithms over one node's heap and control slots."""
+
+    def __init__(self, heap, signals):
+        self.heap, self.sig = heap, signals
+        self.rank, self.size = heap.rank, heap.size
+        self._plans: dict = {}
+        self._tmp: dict = {}
+
+    # ---------------------------------------------------------------- plans
+    def _src(self, q, count, dt):
+        return self.heap.peer_view(q, self.sig.loc(q, 0), count, dt)
+
+    def _cached(self, key, build):
+        p = self._plans.get(key)
+        if p is None:
+            if len(self._plans) > 256:
+                self._plans.clear()
+            p = self._plans[key] = build()
+        return p
+
+    def _locs(self, which):
+        s = self.sig
+        return tuple(s.loc(q, which) for q in range(self.size))
+
+    def _reduce(self, op, dst, srcs):
+        """dst = op over srcs, in rank order (chunked when more than two are added)."""
+        f = _UFUNCS[op]
+        if len(srcs) == 1:
+            np.copyto(dst, srcs[0])
+        elif dtype_name(dst.dtype) in HALF:  # float32 accumulator, rounded once
+            step = CHUNK_BYTES // 4
+            for lo in range(0, dst.size, step):
+                acc = srcs[0][lo:lo + step].astype(_F32)
+                for s in srcs[1:]:
+                    f(acc, s[lo:lo + step].astype(_F32), out=acc)
+                dst[lo:lo + step] = acc.astype(dst.dtype)
+        elif len(srcs) == 2:
+            f(srcs[0], srcs[1], out=dst)
+        else:
+            step = max(1, CHUNK_BYTES // dst.itemsize)
+            for lo in range(0, dst.size, step):
+                d = dst[lo:lo + step]
+                f(srcs[0][lo:lo + step], srcs[1][lo:lo + step], out=d)
+                for s in srcs[2:]:
+                    f(d, s[lo:lo + step], out=d)
+        if op == "avg":
+            NUMPY_KERNELS.scale(dst, self.size)
+
+    def _finish(self, ctx, base):
+        """Done reading peers' buffers; return once every peer is too."""
+        self.sig.raise_to(base + DONE)
+        self.sig.wait_all(ctx, base + DONE, "done reading")
+
+    # ------------------------------------------------------------ collectives
+    def all_reduce(self, ctx, hdr, x, out, op, xloc, oloc):
+        sig, n, dt, count = self.sig, self.size, x.dtype, x.size
+        base = sig.post(hdr, xloc, oloc if oloc is not None else (-1, -1))
+        sig.wait_all(ctx, base + READY, "header and input ready")
+        sig.check(ctx)
+        if x.nbytes <= SMALL_BYTES:
+            overlap = oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
+            srcs = self._cached(("ar1", count, dt, self._locs(0)),
+                                lambda: [self._src(q, count, dt) for q in range(n)])
+            if overlap:  # out is read by peers: reduce aside, copy once everyone is done
+                tmp = self._tmp.get((count, dt))
+                if tmp is None:
+                    tmp = self._tmp[(count, dt)] = np.empty(count, dt)
+                self._reduce(op, tmp, srcs)
+                self._finish(ctx, base)
+                np.copyto(out, tmp)
+            else:
+                self._reduce(op, out, srcs)
+                self._finish(ctx, base)
+            return
+        dlocs = self._locs(1)
+        scratch = None
+        if any(w < 0 for w, _ in dlocs):  # some rank's out is private: reduce into symmetric scratch
+            scratch = self.heap.scratch(x.nbytes)
+        private = dlocs[self.rank][0] < 0
+        key = ("ar", count, dt, self._locs(0), dlocs, scratch.index if scratch else -1, id(out) if private else 0)
+        srcs, mine, gathers, _ = self._cached(key, lambda: self._ar_plan(out, count, dt, dlocs, scratch))
+        self._reduce(op, mine, srcs)
+        sig.raise_to(base + REDUCED)
+        for q, dst, src in gathers:
+            if sig.slots[q][0] < base + REDUCED:
+                sig.wait(ctx, q, base + REDUCED, "segment reduced")
+            np.copyto(dst, src)
+        self._finish(ctx, base)
+
+    def _ar_plan(self, out, count, dt, dlocs, scratch):
+        n, r = self.size, self.rank
+        counts = split_counts(count, n, max(1, 64 // dt.itemsize))
+        offs = _offsets(counts)
+        seg = [slice(o, o + c) for o, c in zip(offs, counts)]
+        srcs = [self._src(q, count, dt)[seg[r]] for q in range(n)]
+
+        def dst_of(q):
+            if dlocs[q][0] < 0:
+                return scratch.peers[q][:count * dt.itemsize].view(dt)
+            return self.heap.peer_view(q, dlocs[q], count, dt)
+        private = dlocs[r][0] < 0
+        mine = dst_of(r)[seg[r]]
+        if not private:  # write through the heap's own view: the plan needs no user object
+            out = dst_of(r)
+        gathers = [(q, out[seg[q]], dst_of(q)[seg[q]]) for q in range(n) if q != r]
+        if private:
+            gathers.append((r, out[seg[r]], mine))
+        return srcs, mine, gathers, out  # out kept alive: the key holds its id
+
+    def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc):
+        sig, dt = self.sig, x.dtype
+        base = sig.post(hdr, xloc)
+        sig.wait_all(ctx, base + READY, "header and input ready")
+        sig.check(ctx)
+        key = ("rs", x.size, dt, tuple(counts), self._locs(0))
+        srcs = self._cached(key, lambda: self._rs_plan(x.size, dt, counts))
+        self._reduce(op, out, srcs)
+        self._finish(ctx, base)
+
+    def _rs_plan(self, count, dt, counts):
+        o = _offsets(counts)[self.rank]
+        return [self._src(q, count, dt)[o:o + counts[self.rank]] for q in range(self.size)]
+
+    def all_gather(self, ctx, hdr, x, out, counts, xloc):
+        sig, dt = self.sig, x.dtype
+        base = sig.post(hdr, xloc)
+        sig.wait_all(ctx, base + READY, "header and input ready")
+        sig.check(ctx)
+        key = ("ag", dt, tuple(counts), self._locs(0))
+        pieces = self._cached(key, lambda: self._ag_plan(dt, counts))
+        for sl, src in pieces:
+            np.copyto(out[sl], src)
+        self._finish(ctx, base)
+
+    def _ag_plan(self, dt, counts):
+        offs = _offsets(counts)
+        return [(slice(o, o + c), self._src(q, c, dt)) for q, (o, c) in enumerate(zip(offs, counts))]
+
+    def broadcast(self, ctx, hdr, x, out, root, xloc):
+        sig = self.sig
+        base = sig.post(hdr, xloc)
+        sig.wait_all(ctx, base + READY, "header and input ready")
+        sig.check(ctx)
+        if self.rank == root:
+            if out is not x:
+                np.copyto(out, x)
+            sig.raise_to(base + DONE)
+            sig.wait_all(ctx, base + DONE, "done reading the root's buffer")
+        else:
+            np.copyto(out, self._src(root, x.size, x.dtype))
+            sig.raise_to(base + DONE)  # the root waits for this; nobody reads ours
+
+    def barrier(self, ctx, hdr):
+        base = self.sig.post(hdr)
+        self.sig.wait_all(ctx, base + READY, "entered the barrier")
+        self.sig.check(ctx)
