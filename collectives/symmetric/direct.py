@@ -138,7 +138,9 @@ class Direct:
         counts = split_counts(count, n, max(1, 64 // dt.itemsize))
         offs = _offsets(counts)
         seg = [slice(o, o + c) for o, c in zip(offs, counts)]
-        srcs = [self._src(q, count, dt)[seg[r]] for q in range(n)]
+        # our own source first: in place, our destination segment is that source, and
+        # the chunked reduction writes a chunk before it adds the later peers into it
+        srcs = [self._src(q, count, dt)[seg[r]] for q in [r] + [q for q in range(n) if q != r]]
 
         def dst_of(q):
             if dlocs[q][0] < 0:

@@ -1,0 +1,39 @@
+"""The symmetric heap and its direct collectives (collectives/symmetric), under mpirun.
+
+One launch per world size runs the whole grid (tests/mpi/symmetric_check.py).
+"""
+import json
+
+import pytest
+
+from conftest import run_mpi
+
+
+def _results(proc, n):
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(lines) == n, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return lines
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_direct_grid_matches_numpy(n):
+    for res in _results(run_mpi(n, "symmetric_check.py", "grid", timeout=300), n):
+        assert res["nfail"] == 0, res["failures"]
+        assert res["cases"] > 2000
+
+
+def test_mismatch_raises_on_every_rank():
+    for res in _results(run_mpi(3, "symmetric_check.py", "mismatch"), 3):
+        assert res["nfail"] == 0, res["failures"]
+        msgs = res["messages"]
+        assert "count differs (rank 0: 9, rank 1: 9, rank 2: 8)" in msgs["count"]
+        assert "collective differs" in msgs["collective"] and "broadcast" in msgs["collective"]
+
+
+def test_absent_peer_times_out_naming_it():
+    res = _results(run_mpi(3, "symmetric_check.py", "absent"), 3)
+    for r in res:
+        assert r["nfail"] == 0, r["failures"]
+    for r in res[:2]:
+        if r["rank"] != 2:
+            assert "rank 2 never signalled" in r["message"] and r["seconds"] < 5
