@@ -28,6 +28,8 @@ n, rank = world.size, world.rank
 mode = sys.argv[1] if len(sys.argv) > 1 else "grid"
 COUNTS = [0, 1, 3, 13, 97, 1000, 4099, 12007]  # 12007 float32/64: past the one-phase all-reduce
 BIG = [65536 * 3 + 5]  # chunked reductions, segments not divisible by n
+if "--quick" in sys.argv:  # 4-5 ranks on 2 cores: fewer sizes, the same paths
+    COUNTS, BIG = [0, 1, 13, 97, 12007], [65536 + 5]
 OPS = ["sum", "avg", "max", "min", "prod"]
 failures, cases, extra = [], 0, {}
 
