@@ -55,30 +55,30 @@ class Symmetric:
 
     def takes(self, x) -> bool:
         """Whether a collective on ``x`` takes the direct path (``x`` is in the heap)."""
-        return self.enabled and self.heap.locate(x) is not None
+        return self.enabled and self.heap.locate(x) is not None  # cached by the array's identity
 
-    # Each collective: x and out as the caller passed them (their identity keys the
-    # cached plans); flat views are made here.
+    # Each collective: x and out as the caller passed them, any shape (the identity
+    # of a private out keys the cached plans; flat views are made inside).
     def all_reduce(self, ctx, hdr, x, out, op):
         if self.hier is not None:
             return self.hier.all_reduce(ctx, hdr, x, out, op)
         loc = self.heap.locate
-        return self.direct.all_reduce(ctx, hdr, x.reshape(-1), out.reshape(-1), op, loc(x), loc(out))
+        return self.direct.all_reduce(ctx, hdr, x, out, op, loc(x), loc(out))
 
     def reduce_scatter(self, ctx, hdr, x, out, counts, op):
         if self.hier is not None:
             return self.hier.reduce_scatter(ctx, hdr, x, out, counts, op)
-        return self.direct.reduce_scatter(ctx, hdr, x.reshape(-1), out.reshape(-1), counts, op, self.heap.locate(x))
+        return self.direct.reduce_scatter(ctx, hdr, x, out, counts, op, self.heap.locate(x))
 
     def all_gather(self, ctx, hdr, x, out, counts):
         if self.hier is not None:
             return self.hier.all_gather(ctx, hdr, x, out, counts)
-        return self.direct.all_gather(ctx, hdr, x.reshape(-1), out.reshape(-1), counts, self.heap.locate(x))
+        return self.direct.all_gather(ctx, hdr, x, out, counts, self.heap.locate(x))
 
     def broadcast(self, ctx, hdr, x, out, root):
         if self.hier is not None:
             return self.hier.broadcast(ctx, hdr, x, out, root)
-        return self.direct.broadcast(ctx, hdr, x.reshape(-1), out.reshape(-1), root, self.heap.locate(x))
+        return self.direct.broadcast(ctx, hdr, x, out, root, self.heap.locate(x))
 
     def close(self) -> None:
         if self.hier is not None:

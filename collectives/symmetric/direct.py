@@ -1,6 +1,7 @@
 """Direct collectives within a node: every rank reads its peers' buffers in place.
 
-All buffers named here are flat. A call posts its header with where its
+``x`` and ``out`` come as the caller passed them (any shape, C-contiguous);
+what is read and written are flat views. A call posts its header with where its
 source (and, for an all-reduce, its destination) lives, waits until every
 peer has posted, compares the headers (signals.py), and only then reads:
 
@@ -35,6 +36,10 @@ _F32 = np.dtype(np.float32)
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
+def _flat(a):
+    return a if a.ndim == 1 else a.reshape(-1)
+
+
 def _offsets(counts):
     offs, o = [], 0
     for c in counts:
@@ -51,6 +56,7 @@ class Direct:
         self.rank, self.size = heap.rank, heap.size
         self._plans: dict = {}
         self._tmp: dict = {}
+        self._need_scratch: dict = {}
 
     # ---------------------------------------------------------------- plans
     def _src(self, q, count, dt):
@@ -66,7 +72,7 @@ class Direct:
 
     def _locs(self, which):
         s = self.sig
-        return tuple(s.loc(q, which) for q in range(self.size))
+        return tuple(s.loc(q, which) for q in range(self.size))  # slow: only when building a plan
 
     def _reduce(self, op, dst, srcs):
         """dst = op over srcs, in rank order (chunked when more than two are added)."""
@@ -105,7 +111,7 @@ class Direct:
         sig.check(ctx)
         if x.nbytes <= SMALL_BYTES:
             overlap = oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
-            srcs = self._cached(("ar1", count, dt, self._locs(0)),
+            srcs = self._cached(("ar1", count, dt, sig.locs_key()),
                                 lambda: [self._src(q, count, dt) for q in range(n)])
             if overlap:  # out is read by peers: reduce aside, copy once everyone is done
                 tmp = self._tmp.get((count, dt))
@@ -113,18 +119,19 @@ class Direct:
                     tmp = self._tmp[(count, dt)] = np.empty(count, dt)
                 self._reduce(op, tmp, srcs)
                 self._finish(ctx, base)
-                np.copyto(out, tmp)
+                np.copyto(_flat(out), tmp)
             else:
-                self._reduce(op, out, srcs)
+                self._reduce(op, _flat(out), srcs)
                 self._finish(ctx, base)
             return
-        dlocs = self._locs(1)
-        scratch = None
-        if any(w < 0 for w, _ in dlocs):  # some rank's out is private: reduce into symmetric scratch
+        locs = sig.locs_key()
+        scratch = self._need_scratch.get(locs)
+        if scratch is None:
+            scratch = self._need_scratch[locs] = any(w < 0 for w, _ in self._locs(1))
+        if scratch:  # some rank's out is private: segments are reduced into symmetric scratch
             scratch = self.heap.scratch(x.nbytes)
-        private = dlocs[self.rank][0] < 0
-        key = ("ar", count, dt, self._locs(0), dlocs, scratch.index if scratch else -1, id(out) if private else 0)
-        srcs, mine, gathers, _ = self._cached(key, lambda: self._ar_plan(out, count, dt, dlocs, scratch))
+        key = ("ar", count, dt, locs, scratch.index if scratch else -1, id(out) if oloc is None else 0)
+        srcs, mine, gathers, _ = self._cached(key, lambda: self._ar_plan(out, count, dt, self._locs(1), scratch))
         self._reduce(op, mine, srcs)
         sig.raise_to(base + REDUCED)
         for q, dst, src in gathers:
@@ -148,21 +155,22 @@ class Direct:
             return self.heap.peer_view(q, dlocs[q], count, dt)
         private = dlocs[r][0] < 0
         mine = dst_of(r)[seg[r]]
+        keep, out = out, _flat(out)
         if not private:  # write through the heap's own view: the plan needs no user object
             out = dst_of(r)
         gathers = [(q, out[seg[q]], dst_of(q)[seg[q]]) for q in range(n) if q != r]
         if private:
             gathers.append((r, out[seg[r]], mine))
-        return srcs, mine, gathers, out  # out kept alive: the key holds its id
+        return srcs, mine, gathers, keep  # the caller's out kept alive: the key holds its id
 
     def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc):
         sig, dt = self.sig, x.dtype
         base = sig.post(hdr, xloc)
         sig.wait_all(ctx, base + READY, "header and input ready")
         sig.check(ctx)
-        key = ("rs", x.size, dt, tuple(counts), self._locs(0))
+        key = ("rs", x.size, dt, tuple(counts), sig.locs_key())
         srcs = self._cached(key, lambda: self._rs_plan(x.size, dt, counts))
-        self._reduce(op, out, srcs)
+        self._reduce(op, _flat(out), srcs)
         self._finish(ctx, base)
 
     def _rs_plan(self, count, dt, counts):
@@ -174,8 +182,9 @@ class Direct:
         base = sig.post(hdr, xloc)
         sig.wait_all(ctx, base + READY, "header and input ready")
         sig.check(ctx)
-        key = ("ag", dt, tuple(counts), self._locs(0))
+        key = ("ag", dt, tuple(counts), sig.locs_key())
         pieces = self._cached(key, lambda: self._ag_plan(dt, counts))
+        out = _flat(out)
         for sl, src in pieces:
             np.copyto(out[sl], src)
         self._finish(ctx, base)
@@ -195,7 +204,7 @@ class Direct:
             sig.raise_to(base + DONE)
             sig.wait_all(ctx, base + DONE, "done reading the root's buffer")
         else:
-            np.copyto(out, self._src(root, x.size, x.dtype))
+            np.copyto(_flat(out), self._src(root, x.size, x.dtype))
             sig.raise_to(base + DONE)  # the root waits for this; nobody reads ours
 
     def barrier(self, ctx, hdr):

@@ -64,6 +64,8 @@ class Signals:
         self.areas = [[memoryview(p[8 * (8 + a * AREA):8 * (8 + a * AREA + NF)]) for p in w.peers]
                       for a in range(2)]
         self._mybuf = [memoryview(w.mine[8 * (8 + a * AREA):8 * (8 + (a + 1) * AREA)]) for a in range(2)]
+        lo = [8 * (8 + a * AREA + NF) for a in range(2)]  # every rank's (src, dst) locations, as bytes
+        self._locs = [[memoryview(p[lo[a]:lo[a] + 32]) for p in w.peers] for a in range(2)]
         self.spin = 0.0 if oversubscribed else _SPIN_S
         self.epoch = 0
         heap.comm.Barrier()  # every slot zeroed before anyone polls it
@@ -85,6 +87,10 @@ class Signals:
         a = 8 + (self.epoch & 1) * AREA + NF + 2 * which
         s = self.slots[q]
         return int(s[a]), int(s[a + 1])
+
+    def locs_key(self) -> bytes:
+        """Every rank's posted locations this epoch as one bytes object (a cache key)."""
+        return b"".join(self._locs[self.epoch & 1])
 
     def check(self, ctx) -> None:
         """Every peer has posted (waited for): compare headers as bytes; raise on mismatch."""
