@@ -3,10 +3,12 @@
 One launch per world size runs the whole grid (tests/mpi/symmetric_check.py).
 """
 import json
+import subprocess
+import sys
 
 import pytest
 
-from conftest import run_mpi
+from conftest import MPI_SCRIPTS, ROOT, mpi_env, mpirun_cmd, run_mpi
 
 
 def _results(proc, n):
@@ -18,6 +20,7 @@ def _results(proc, n):
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_direct_grid_matches_numpy(n):
     for res in _results(run_mpi(n, "symmetric_check.py", "grid", *(["--quick"] if n > 3 else []), timeout=300), n):
+        assert res["path"] == "direct"
         assert res["nfail"] == 0, res["failures"]
         assert res["cases"] > 1000
 
@@ -37,3 +40,26 @@ def test_absent_peer_times_out_naming_it():
     for r in res[:2]:
         if r["rank"] != 2:
             assert "rank 2 never signalled" in r["message"] and r["seconds"] < 5
+
+
+def _two_nodes(mode, *args):
+    """4 ranks as 2 nodes of 2 (COLLECTIVES_NODE_SIZE=2), TCP between them."""
+    env = dict(mpi_env(), COLLECTIVES_NODE_SIZE="2")
+    cmd = mpirun_cmd(4) + ["--mca", "btl", "tcp,self", sys.executable, str(MPI_SCRIPTS / "symmetric_check.py"),
+                           mode, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+
+
+def test_two_nodes_hierarchical_grid_matches_numpy():
+    for res in _results(_two_nodes("grid", "--quick"), 4):
+        assert res["path"] == "hier 2x2"
+        assert res["nfail"] == 0, res["failures"]
+        assert res["cases"] > 1000
+
+
+def test_two_nodes_mismatch_raises_on_every_rank():
+    res = _results(_two_nodes("mismatch"), 4)
+    for r in res:
+        assert r["nfail"] == 0, r["failures"]
+    node1 = [r for r in res if r["rank"] >= 2]
+    assert all("count differs (rank 0: 9, rank 1: 8)" in r["messages"]["count"] for r in node1)

@@ -40,6 +40,11 @@ def _flat(a):
     return a if a.ndim == 1 else a.reshape(-1)
 
 
+def _ranges(counts):
+    """One (offset, count) range per rank: the plain segments."""
+    return tuple(((o, c),) for o, c in zip(_offsets(counts), counts))
+
+
 def _offsets(counts):
     offs, o = [], 0
     for c in counts:
@@ -163,35 +168,50 @@ class Direct:
             gathers.append((r, out[seg[r]], mine))
         return srcs, mine, gathers, keep  # the caller's out kept alive: the key holds its id
 
-    def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc):
+    def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc, ranges=None):
+        """Node rank r gets segment r, or with ``ranges`` (per node rank, a tuple of
+        (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
         sig, dt = self.sig, x.dtype
         base = sig.post(hdr, xloc)
         sig.wait_all(ctx, base + READY, "header and input ready")
         sig.check(ctx)
-        key = ("rs", x.size, dt, tuple(counts), sig.locs_key())
-        srcs = self._cached(key, lambda: self._rs_plan(x.size, dt, counts))
-        self._reduce(op, _flat(out), srcs)
+        key = ("rs", x.size, dt, tuple(counts) if ranges is None else ranges, sig.locs_key())
+        plan = self._cached(key, lambda: self._rs_plan(x.size, dt, ranges or _ranges(counts)))
+        out = _flat(out)
+        for sl, srcs in plan:
+            self._reduce(op, out[sl], srcs)
         self._finish(ctx, base)
 
-    def _rs_plan(self, count, dt, counts):
-        o = _offsets(counts)[self.rank]
-        return [self._src(q, count, dt)[o:o + counts[self.rank]] for q in range(self.size)]
+    def _rs_plan(self, count, dt, ranges):
+        views = [self._src(q, count, dt) for q in range(self.size)]
+        plan, at = [], 0
+        for o, c in ranges[self.rank]:
+            plan.append((slice(at, at + c), [v[o:o + c] for v in views]))
+            at += c
+        return plan
 
-    def all_gather(self, ctx, hdr, x, out, counts, xloc):
+    def all_gather(self, ctx, hdr, x, out, counts, xloc, ranges=None):
+        """Every rank's x into out at its offset, or with ``ranges`` (per node rank, a
+        tuple of (offset in out, count)) each rank's x split over those ranges."""
         sig, dt = self.sig, x.dtype
         base = sig.post(hdr, xloc)
         sig.wait_all(ctx, base + READY, "header and input ready")
         sig.check(ctx)
-        key = ("ag", dt, tuple(counts), sig.locs_key())
-        pieces = self._cached(key, lambda: self._ag_plan(dt, counts))
+        key = ("ag", dt, tuple(counts) if ranges is None else ranges, sig.locs_key())
+        pieces = self._cached(key, lambda: self._ag_plan(dt, ranges or _ranges(counts)))
         out = _flat(out)
         for sl, src in pieces:
             np.copyto(out[sl], src)
         self._finish(ctx, base)
 
-    def _ag_plan(self, dt, counts):
-        offs = _offsets(counts)
-        return [(slice(o, o + c), self._src(q, c, dt)) for q, (o, c) in enumerate(zip(offs, counts))]
+    def _ag_plan(self, dt, ranges):
+        plan = []
+        for q, rq in enumerate(ranges):
+            src, at = self._src(q, sum(c for _, c in rq), dt), 0
+            for o, c in rq:
+                plan.append((slice(o, o + c), src[at:at + c]))
+                at += c
+        return plan
 
     def broadcast(self, ctx, hdr, x, out, root, xloc):
         sig = self.sig
@@ -200,7 +220,7 @@ class Direct:
         sig.check(ctx)
         if self.rank == root:
             if out is not x:
-                np.copyto(out, x)
+                np.copyto(_flat(out), _flat(x))
             sig.raise_to(base + DONE)
             sig.wait_all(ctx, base + DONE, "done reading the root's buffer")
         else:

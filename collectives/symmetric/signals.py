@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from ..agree import NF, describe
-from ..errors import CollectiveTimeout, MismatchError
+from ..errors import CollectiveError, CollectiveTimeout, MismatchError
 
 READY, REDUCED, DONE = 1, 2, 3  # phases; a call's epoch spans 4 values
 AREA = NF + 4  # header words, then src (win, off) and dst (win, off)
@@ -100,9 +100,22 @@ class Signals:
             if mine[q] != me:
                 self._mismatch(ctx)
 
+    def poison(self, hdr, mismatch: bool) -> None:
+        """Failed outside the node (the hierarchy's ring between nodes): post a
+        header no peer can agree with (version -1 for a mismatch, -2 for any
+        other failure), so node peers waiting for our next step raise instead
+        of timing out."""
+        self.post([-1 if mismatch else -2] + list(hdr[1:]))
+
     def _mismatch(self, ctx):
         a = 8 + (self.epoch & 1) * AREA
         all_h = np.stack([np.array(s[a:a + NF]) for s in self.slots])
+        bad = [self.world[q] for q in range(self.size) if all_h[q, 0] < 0]
+        if bad:
+            kind = MismatchError if all_h[[self.world.index(b) for b in bad], 0].max() == -1 else CollectiveError
+            raise kind(f"rank {ctx.rank}: {ctx.label}: rank(s) {bad} of this node failed in the step between "
+                       f"nodes ({'a mismatched call' if kind is MismatchError else 'an error'}; their own "
+                       f"error names the cause), so this call cannot complete")
         where = "" if self.world == list(range(self.size)) else f" (node ranks are world ranks {self.world})"
         raise MismatchError(f"rank {ctx.rank}: ranks disagree on a collective call{where}. " + describe(all_h))
 
