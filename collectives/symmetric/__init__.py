@@ -35,7 +35,10 @@ class Symmetric:
 
     def __init__(self, comm, direct: bool = True):
         transport = comm.transport
-        world = transport.comm
+        world = getattr(transport, "comm", None)
+        if world is None:
+            raise TypeError(f"alloc needs an MPI communicator (a symmetric heap is an MPI shared-memory "
+                            f"window); this one runs over {type(transport).__name__}")
         self.rank = world.Get_rank()
         node = node_comm(world)
         self.heap = Heap(node)

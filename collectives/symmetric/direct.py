@@ -103,6 +103,14 @@ class Direct:
         if op == "avg":
             NUMPY_KERNELS.scale(dst, self.size)
 
+    def _trace(self, ctx, phase, reads):
+        """Record direct reads as receives (the trace's byte totals and Chrome view
+        show them beside the ring's): ``reads`` is [(node rank, segment, bytes)]."""
+        w = self.sig.world
+        for q, seg, nbytes in reads:
+            if q != self.rank and nbytes:
+                ctx.record("recv", phase=phase, step=0, peer=w[q], seg=seg, nbytes=int(nbytes))
+
     def _finish(self, ctx, base):
         """Done reading peers' buffers; return once every peer is too."""
         self.sig.raise_to(base + DONE)
@@ -123,10 +131,14 @@ class Direct:
                 if tmp is None:
                     tmp = self._tmp[(count, dt)] = np.empty(count, dt)
                 self._reduce(op, tmp, srcs)
+                if ctx.tracer is not None:
+                    self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
                 self._finish(ctx, base)
                 np.copyto(_flat(out), tmp)
             else:
                 self._reduce(op, _flat(out), srcs)
+                if ctx.tracer is not None:
+                    self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
                 self._finish(ctx, base)
             return
         locs = sig.locs_key()
@@ -138,11 +150,15 @@ class Direct:
         key = ("ar", count, dt, locs, scratch.index if scratch else -1, id(out) if oloc is None else 0)
         srcs, mine, gathers, _ = self._cached(key, lambda: self._ar_plan(out, count, dt, self._locs(1), scratch))
         self._reduce(op, mine, srcs)
+        if ctx.tracer is not None:
+            self._trace(ctx, "direct reduce-scatter", [(q, self.rank, mine.nbytes) for q in range(n)])
         sig.raise_to(base + REDUCED)
         for q, dst, src in gathers:
             if sig.slots[q][0] < base + REDUCED:
                 sig.wait(ctx, q, base + REDUCED, "segment reduced")
             np.copyto(dst, src)
+        if ctx.tracer is not None:
+            self._trace(ctx, "direct all-gather", [(q, q, src.nbytes) for q, _, src in gathers])
         self._finish(ctx, base)
 
     def _ar_plan(self, out, count, dt, dlocs, scratch):
@@ -180,6 +196,9 @@ class Direct:
         out = _flat(out)
         for sl, srcs in plan:
             self._reduce(op, out[sl], srcs)
+        if ctx.tracer is not None:
+            n = sum(srcs[0].nbytes for _, srcs in plan)
+            self._trace(ctx, "direct reduce-scatter", [(q, self.rank, n) for q in range(self.size)])
         self._finish(ctx, base)
 
     def _rs_plan(self, count, dt, ranges):
@@ -202,6 +221,9 @@ class Direct:
         out = _flat(out)
         for sl, src in pieces:
             np.copyto(out[sl], src)
+        if ctx.tracer is not None:
+            self._trace(ctx, "direct all-gather", [(q, q, sum(c for _, c in rq) * dt.itemsize)
+                                                   for q, rq in enumerate(ranges or _ranges(counts))])
         self._finish(ctx, base)
 
     def _ag_plan(self, dt, ranges):
@@ -225,6 +247,8 @@ class Direct:
             sig.wait_all(ctx, base + DONE, "done reading the root's buffer")
         else:
             np.copyto(_flat(out), self._src(root, x.size, x.dtype))
+            if ctx.tracer is not None:
+                self._trace(ctx, "direct broadcast", [(root, root, x.nbytes)])
             sig.raise_to(base + DONE)  # the root waits for this; nobody reads ours
 
     def barrier(self, ctx, hdr):

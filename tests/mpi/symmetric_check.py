@@ -114,11 +114,38 @@ def grid():
         h2 = hg.reshape(-1)[:12].reshape(3, 4)
         h2[:] = rank + 1
         check(f"all_reduce 2-D heap {dname}", comm.all_reduce(h2), np.full((3, 4), n * (n + 1) // 2, dt))
+    trace(comm)
     comm.barrier()
     works = [comm.all_reduce(hx[:1000], async_op=True), comm.barrier(async_op=True)]
     for w in works:
         w.wait()
     comm.close()
+
+
+def trace(comm):
+    """Direct reads show in the trace as receives; byte totals against their formulas."""
+    from collectives.trace import Tracer
+    t = comm.tracer = Tracer()
+    count, it = 4096 * n, 4  # float32, past the one-phase all-reduce; segments of 4096
+    x = comm.alloc((count,), np.float32)
+    x[:] = 1
+    labels = []
+    for name, fn in (("all_reduce", lambda: comm.all_reduce(x)), ("reduce_scatter", lambda: comm.reduce_scatter(x)),
+                     ("all_gather", lambda: comm.all_gather(x[:4096])), ("broadcast", lambda: comm.broadcast(x))):
+        fn()
+        labels.append((name, t.labels()[-1]))
+    comm.tracer = None
+    seg = 4096 * it
+    sym = comm._symmetric
+    k = sym.heap.size  # ranks in this node: reads come only from them
+    want = {"all_reduce": 2 * (k - 1) * seg, "reduce_scatter": (k - 1) * seg, "all_gather": (k - 1) * seg,
+            "broadcast": 0 if rank == 0 or sym.hier is not None else count * it}
+    for name, label in labels:
+        got = t.totals(label).get(rank, {"recv": 0})["recv"]
+        if sym.hier is None:
+            check(f"trace bytes read {name}", got, want[name])
+        elif name == "all_reduce" and got != 2 * (k - 1) * (count * it // k):  # within the node only
+            failures.append(f"trace {name} (hierarchy): {got} bytes read within the node")
 
 
 def expect_error(label, kind, fn, needle=None):
