@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import HALF, dtype_name
+from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
 from ..schedule import split_counts
 from .signals import DONE, READY, REDUCED
@@ -33,6 +33,7 @@ from .signals import DONE, READY, REDUCED
 SMALL_BYTES = 32 * 1024  # all-reduces this small: one phase (every rank reduces all of it)
 CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
 _F32 = np.dtype(np.float32)
+_HALF = frozenset(to_dtype(h) for h in HALF)
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
@@ -84,7 +85,7 @@ class Direct:
         f = _UFUNCS[op]
         if len(srcs) == 1:
             np.copyto(dst, srcs[0])
-        elif dtype_name(dst.dtype) in HALF:  # float32 accumulator, rounded once
+        elif dst.dtype in _HALF:  # float32 accumulator, rounded once
             step = CHUNK_BYTES // 4
             for lo in range(0, dst.size, step):
                 acc = srcs[0][lo:lo + step].astype(_F32)
@@ -124,8 +125,10 @@ class Direct:
         sig.check(ctx)
         if x.nbytes <= SMALL_BYTES:
             overlap = oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
-            srcs = self._cached(("ar1", count, dt, sig.locs_key()),
-                                lambda: [self._src(q, count, dt) for q in range(n)])
+            key = ("ar1", count, dt, sig.locs_key())
+            srcs = self._plans.get(key)
+            if srcs is None:
+                srcs = self._cached(key, lambda: [self._src(q, count, dt) for q in range(n)])
             if overlap:  # out is read by peers: reduce aside, copy once everyone is done
                 tmp = self._tmp.get((count, dt))
                 if tmp is None:
