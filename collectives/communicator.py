@@ -191,6 +191,7 @@ class Communicator:
         """A numpy array in the node's symmetric heap: collectives on such arrays read
         peers' memory directly (collectives/symmetric). Every rank must call it, with
         the same shapes in the same order, and pass heap arrays on every rank.
+        The arrays live until ``close()``, which unmaps them.
 
         Args:
           shape: the array's shape.
