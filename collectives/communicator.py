@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
+import os
 
 import numpy as np
 
@@ -90,6 +91,9 @@ class Communicator:
         self._engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
         self._host_scratch = self._scratch_for(NUMPY_KERNELS)
         self._symmetric = None  # the symmetric heap (collectives/symmetric), made by the first alloc()
+        if os.environ.get("COLLECTIVES_STAGE") == "1":  # ordinary host arrays staged through it too
+            from .symmetric import staged
+            self._symmetric = staged(self)
 
     # ------------------------------------------------------------------ API
     def all_reduce(self, x, op: str = "sum", out=None, async_op: bool = False):

@@ -21,7 +21,19 @@ from .direct import Direct
 from .heap import Heap, node_comm
 from .signals import Signals
 
-__all__ = ["Symmetric", "Heap", "Direct", "Signals", "node_comm"]
+__all__ = ["Symmetric", "Heap", "Direct", "Signals", "node_comm", "staged"]
+
+
+def staged(comm):
+    """``COLLECTIVES_STAGE=1``: a Symmetric made with the communicator that stages
+    ordinary host arrays through symmetric scratch (one copy in), so every host
+    collective takes the direct path; None where that cannot apply (a baseline
+    algorithm, a non-MPI transport). Every rank must set it alike."""
+    if comm.algorithm != "ring" or getattr(comm.transport, "comm", None) is None:
+        return None
+    sym = Symmetric(comm)
+    sym.stage = True
+    return sym
 
 
 class Symmetric:
@@ -51,6 +63,7 @@ class Symmetric:
             from .hier import Hierarchy
             self.hier = Hierarchy(comm, self, ranks)
         self.enabled = direct and (self.single_node or self.hier.usable)
+        self.stage = False  # ordinary host arrays too, copied into symmetric scratch (see staged())
 
     def alloc(self, shape, dtype) -> np.ndarray:
         """An array in the heap (a collective call over the node)."""
@@ -58,7 +71,9 @@ class Symmetric:
 
     def takes(self, x) -> bool:
         """Whether a collective on ``x`` takes the direct path (``x`` is in the heap)."""
-        return self.enabled and self.heap.locate(x) is not None  # cached by the array's identity
+        if not self.enabled:
+            return False
+        return self.heap.locate(x) is not None or (self.stage and type(x) is np.ndarray)
 
     # Each collective: x and out as the caller passed them, any shape (the identity
     # of a private out keys the cached plans; flat views are made inside).

@@ -28,7 +28,7 @@ import numpy as np
 from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
 from ..schedule import split_counts
-from .signals import DONE, READY, REDUCED
+from .signals import DONE, INPUT, READY, REDUCED
 
 SMALL_BYTES = 32 * 1024  # all-reduces this small: one phase (every rank reduces all of it)
 CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
@@ -63,10 +63,41 @@ class Direct:
         self._plans: dict = {}
         self._tmp: dict = {}
         self._need_scratch: dict = {}
+        self._staged: dict = {}  # locations -> whether some input is staged
+        self._stage = None
+        self._key = None
 
     # ---------------------------------------------------------------- plans
     def _src(self, q, count, dt):
-        return self.heap.peer_view(q, self.sig.loc(q, 0), count, dt)
+        loc = self.sig.loc(q, 0)
+        if loc[0] < 0:  # staged: at the start of q's stage window
+            loc = (self._stage.index, 0)
+        return self.heap.peer_view(q, loc, count, dt)
+
+    def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None):
+        """Post, wait for every header, check; stage inputs that are not in the heap
+        (copied into the stage window after the check, then announced). Returns the
+        call's flag base; ``self._key`` names every rank's locations for plan caches."""
+        sig = self.sig
+        base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst, READY if xloc is None else INPUT)
+        sig.wait_all(ctx, base + READY, "header posted")
+        sig.check(ctx)
+        key = sig.locs_key()
+        staged = self._staged.get(key)
+        if staged is None:
+            staged = self._staged[key] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
+        if staged:
+            self._stage = self.heap.scratch(stage_bytes, "stage")
+            if xloc is None:
+                np.copyto(self._stage.mine[:x.nbytes].view(x.dtype), _flat(x))
+                sig.raise_to(base + INPUT)
+            key = (key, self._stage.index)
+            if root is None:
+                sig.wait_all(ctx, base + INPUT, "input staged")
+            elif self.rank != root and sig.slots[root][0] < base + INPUT:
+                sig.wait(ctx, root, base + INPUT, "input staged")
+        self._key = key
+        return base
 
     def _cached(self, key, build):
         p = self._plans.get(key)
@@ -120,12 +151,10 @@ class Direct:
     # ------------------------------------------------------------ collectives
     def all_reduce(self, ctx, hdr, x, out, op, xloc, oloc):
         sig, n, dt, count = self.sig, self.size, x.dtype, x.size
-        base = sig.post(hdr, xloc, oloc if oloc is not None else (-1, -1))
-        sig.wait_all(ctx, base + READY, "header and input ready")
-        sig.check(ctx)
+        base = self._start(ctx, hdr, x, xloc, x.nbytes, oloc if oloc is not None else (-1, -1))
         if x.nbytes <= SMALL_BYTES:
-            overlap = oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
-            key = ("ar1", count, dt, sig.locs_key())
+            overlap = oloc is not None and xloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
+            key = ("ar1", count, dt, self._key)
             srcs = self._plans.get(key)
             if srcs is None:
                 srcs = self._cached(key, lambda: [self._src(q, count, dt) for q in range(n)])
@@ -144,7 +173,7 @@ class Direct:
                     self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
                 self._finish(ctx, base)
             return
-        locs = sig.locs_key()
+        locs = self._key
         scratch = self._need_scratch.get(locs)
         if scratch is None:
             scratch = self._need_scratch[locs] = any(w < 0 for w, _ in self._locs(1))
@@ -191,10 +220,8 @@ class Direct:
         """Node rank r gets segment r, or with ``ranges`` (per node rank, a tuple of
         (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
         sig, dt = self.sig, x.dtype
-        base = sig.post(hdr, xloc)
-        sig.wait_all(ctx, base + READY, "header and input ready")
-        sig.check(ctx)
-        key = ("rs", x.size, dt, tuple(counts) if ranges is None else ranges, sig.locs_key())
+        base = self._start(ctx, hdr, x, xloc, x.nbytes)
+        key = ("rs", x.size, dt, tuple(counts) if ranges is None else ranges, self._key)
         plan = self._cached(key, lambda: self._rs_plan(x.size, dt, ranges or _ranges(counts)))
         out = _flat(out)
         for sl, srcs in plan:
@@ -216,10 +243,9 @@ class Direct:
         """Every rank's x into out at its offset, or with ``ranges`` (per node rank, a
         tuple of (offset in out, count)) each rank's x split over those ranges."""
         sig, dt = self.sig, x.dtype
-        base = sig.post(hdr, xloc)
-        sig.wait_all(ctx, base + READY, "header and input ready")
-        sig.check(ctx)
-        key = ("ag", dt, tuple(counts) if ranges is None else ranges, sig.locs_key())
+        base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
+                           max(sum(c for _, c in r) for r in ranges) * dt.itemsize)
+        key = ("ag", dt, tuple(counts) if ranges is None else ranges, self._key)
         pieces = self._cached(key, lambda: self._ag_plan(dt, ranges or _ranges(counts)))
         out = _flat(out)
         for sl, src in pieces:
@@ -240,9 +266,7 @@ class Direct:
 
     def broadcast(self, ctx, hdr, x, out, root, xloc):
         sig = self.sig
-        base = sig.post(hdr, xloc)
-        sig.wait_all(ctx, base + READY, "header and input ready")
-        sig.check(ctx)
+        base = self._start(ctx, hdr, x, xloc, x.nbytes, root=root)
         if self.rank == root:
             if out is not x:
                 np.copyto(_flat(out), _flat(x))

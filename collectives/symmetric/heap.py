@@ -78,7 +78,7 @@ class Heap:
         self.windows: list[Window | None] = []
         self._roots: dict[int, Window] = {}  # id(root array or its MPI buffer) -> window
         self._where: dict[int, tuple] = {}  # id(array) -> (array, window index, byte offset)
-        self._scratch: Window | None = None
+        self._scratch: dict[str, Window] = {}
 
     def _window(self, nbytes: int) -> Window:
         w = Window(self.comm, nbytes, len(self.windows))
@@ -96,16 +96,17 @@ class Heap:
         arr = root.reshape(shape)
         return arr
 
-    def scratch(self, nbytes: int) -> Window:
+    def scratch(self, nbytes: int, name: str = "scratch") -> Window:
         """A heap window of at least ``nbytes`` per rank, grown (collectively) on demand.
         Every rank must ask for the same size at the same point (callers ask after
-        the header check, with sizes from the agreed header)."""
-        s = self._scratch
+        the header check, with sizes from the agreed header). ``name`` keeps
+        separate windows apart (reduced segments; staged inputs)."""
+        s = self._scratch.get(name)
         if s is None or s.nbytes < nbytes:
             if s is not None:
                 self.windows[s.index] = None
                 s.free()
-            s = self._scratch = self._window(max(nbytes, 1 << 16))
+            s = self._scratch[name] = self._window(max(nbytes, 1 << 16))
         return s
 
     def locate(self, x):

@@ -2,13 +2,15 @@
 
 Each node rank owns one slot in a control window and is its only writer:
 
-  word 0            the flag: 4 * epoch + phase, only ever growing
+  word 0            the flag: 8 * epoch + phase, only ever growing
   words 8..8+W      header area for even epochs: the agreement header (see
                     agree.FIELDS), then where this rank's source and
                     destination live (window, byte offset; -1 when private)
   words 8+W..8+2W   the same for odd epochs
 
-A collective posts its header and raises its flag to ``4 * epoch + READY``;
+A collective posts its header and raises its flag to ``8 * epoch + READY``
+(``INPUT`` at once when its input is already in the heap; a staged input is
+copied in after the header check, then announced with ``INPUT``);
 peers wait for that, then compare every peer's header with their own as
 bytes before reading any data, so a mismatch is seen by every rank, from the
 same headers, before a byte of data is read, and every rank raises
@@ -34,7 +36,7 @@ import numpy as np
 from ..agree import NF, describe
 from ..errors import CollectiveError, CollectiveTimeout, MismatchError
 
-READY, REDUCED, DONE = 1, 2, 3  # phases; a call's epoch spans 4 values
+READY, INPUT, REDUCED, DONE = 1, 2, 3, 4  # phases; a call's epoch spans 8 values
 AREA = NF + 4  # header words, then src (win, off) and dst (win, off)
 SLOT = 8 + 2 * AREA  # int64 words
 SLOT_BYTES = (SLOT * 8 + 63) // 64 * 64
@@ -75,12 +77,17 @@ class Signals:
         self.epoch += 1
         e = self.epoch
         _HDR.pack_into(self._mybuf[e & 1], 0, *hdr, src[0], src[1], dst[0], dst[1])
-        base = 4 * e
+        base = 8 * e
         self.mine[0] = base + phase
         return base
 
     def raise_to(self, value: int) -> None:
         self.mine[0] = value
+
+    def staging(self) -> bool:
+        """Whether some rank's source is not in the heap this call (it will be staged)."""
+        a = 8 + (self.epoch & 1) * AREA + NF
+        return any(s[a] < 0 for s in self.slots)
 
     def loc(self, q: int, which: int):
         """Node rank q's (window, offset) for this epoch: which=0 source, 1 destination."""
@@ -150,9 +157,9 @@ class Signals:
     def _timeout(self, ctx, q, value, step):
         peer = self.world[q]
         got = int(self.slots[q][0])
-        there = "has not called it" if got < value - (value & 3) + READY else "stopped inside it"
+        there = "has not called it" if got < value - (value & 7) + READY else "stopped inside it"
         raise CollectiveTimeout(
             f"rank {ctx.rank}: {ctx.label} timed out after {ctx.timeout:g} s: rank {peer} never signalled "
-            f"'{step}' through shared memory (direct path, call {value >> 2}; rank {peer} {there}: its flag "
-            f"is at call {got >> 2} phase {got & 3}); did rank {peer} call this collective with buffers "
+            f"'{step}' through shared memory (direct path, call {value >> 3}; rank {peer} {there}: its flag "
+            f"is at call {got >> 3} phase {got & 7}); did rank {peer} call this collective with buffers "
             f"from comm.alloc, or did it die?")
