@@ -63,3 +63,14 @@ def test_two_nodes_mismatch_raises_on_every_rank():
         assert r["nfail"] == 0, r["failures"]
     node1 = [r for r in res if r["rank"] >= 2]
     assert all("count differs (rank 0: 9, rank 1: 8)" in r["messages"]["count"] for r in node1)
+
+
+def test_staged_ordinary_arrays_take_the_direct_path():
+    """COLLECTIVES_STAGE=1: ordinary (and mixed) arrays, exact, with direct reads traced;
+    and the library's own grid (numpy and MPI's own results, bit for bit) through it."""
+    env = dict(mpi_env(), COLLECTIVES_STAGE="1")
+    for script, args in (("symmetric_check.py", ["staged"]), ("check_collectives.py", ["--quick"])):
+        cmd = mpirun_cmd(3) + [sys.executable, str(MPI_SCRIPTS / script), *args]
+        for res in _results(subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT), 3):
+            assert res["nfail"] == 0, (script, res["failures"])
+            assert res.get("stage", True)

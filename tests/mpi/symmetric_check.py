@@ -209,6 +209,37 @@ def absent():
         world.Barrier()
 
 
-{"grid": grid, "mismatch": mismatch, "absent": absent}[mode]()
+def staged():
+    """COLLECTIVES_STAGE=1: ordinary arrays take the direct path through the stage
+    window (mixed with heap arrays on other ranks); shown by the trace's phases."""
+    from collectives.trace import Tracer
+    comm = Communicator(timeout=30)
+    extra["stage"] = bool(comm._symmetric and comm._symmetric.stage)
+    comm.tracer = t = Tracer()
+    heap = comm.alloc((20000 * n,), np.float32)
+    for count in (0, 5, 1000, 20000 * n):
+        for mixed in (False, True):
+            x = heap[:count] if mixed and rank == 0 else np.empty(count, np.float32)
+            x[:] = data(count, rank, np.float32)
+            want = expected(count, np.float32, "sum")
+            check(f"staged all_reduce count={count} mixed={mixed}", comm.all_reduce(x), want)
+            c = [count // n] * n
+            c[-1] += count - sum(c)
+            lo = sum(c[:rank])
+            check(f"staged reduce_scatter count={count}", comm.reduce_scatter(x, counts=c), want[lo:lo + c[rank]])
+            piece = x[lo:lo + c[rank]].copy()
+            check(f"staged all_gather count={count}", comm.all_gather(piece, counts=c),
+                  np.concatenate([data(count, q, np.float32)[sum(c[:q]):sum(c[:q + 1])] for q in range(n)]))
+            check(f"staged broadcast count={count}", comm.broadcast(x, root=n - 1), data(count, n - 1, np.float32))
+            comm.all_reduce(x, out=x)
+            check(f"staged all_reduce in place count={count} mixed={mixed}", x, want)
+    comm.tracer = None
+    phases = {e.get("phase") for e in t.data_events()}
+    if n > 1 and not any(str(p).startswith("direct") for p in phases):
+        failures.append(f"no direct reads traced: phases {phases}")
+    comm.close()
+
+
+{"grid": grid, "mismatch": mismatch, "absent": absent, "staged": staged}[mode]()
 print(json.dumps({"rank": rank, "cases": cases, "failures": failures[:20], "nfail": len(failures), **extra}),
       flush=True)
