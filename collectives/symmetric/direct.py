@@ -33,6 +33,7 @@ from .signals import DONE, INPUT, READY, REDUCED
 SMALL_BYTES = 32 * 1024  # all-reduces this small: one phase (every rank reduces all of it)
 CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
 _F32 = np.dtype(np.float32)
+STAGE_DST = -3  # a posted destination window: "my stage window"
 _HALF = frozenset(to_dtype(h) for h in HALF)
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -75,11 +76,20 @@ class Direct:
         return self.heap.peer_view(q, loc, count, dt)
 
     def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None):
-        """Post, wait for every header, check; stage inputs that are not in the heap
-        (copied into the stage window after the check, then announced). Returns the
-        call's flag base; ``self._key`` names every rank's locations for plan caches."""
+        """Post, wait for every header, check; stage inputs that are not in the heap.
+        A staged input is copied into the stage window before posting when the
+        window is already large enough (then every rank's is: they only ever grow
+        together, to agreed sizes, and nobody reads it before the check), else
+        after the check, once the window has grown, and announced with INPUT.
+        Returns the call's flag base; ``self._key`` names every rank's locations
+        for plan caches."""
         sig = self.sig
-        base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst, READY if xloc is None else INPUT)
+        copy = xloc is None and (root is None or root == self.rank)
+        early = copy and self._stage is not None and self._stage.nbytes >= stage_bytes
+        if early:
+            np.copyto(self._stage.mine[:x.nbytes].view(x.dtype), _flat(x))
+        base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst,
+                        INPUT if xloc is not None or early else READY)
         sig.wait_all(ctx, base + READY, "header posted")
         sig.check(ctx)
         key = sig.locs_key()
@@ -88,7 +98,7 @@ class Direct:
             staged = self._staged[key] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
         if staged:
             self._stage = self.heap.scratch(stage_bytes, "stage")
-            if xloc is None:
+            if copy and not early:
                 np.copyto(self._stage.mine[:x.nbytes].view(x.dtype), _flat(x))
                 sig.raise_to(base + INPUT)
             key = (key, self._stage.index)
@@ -151,7 +161,10 @@ class Direct:
     # ------------------------------------------------------------ collectives
     def all_reduce(self, ctx, hdr, x, out, op, xloc, oloc):
         sig, n, dt, count = self.sig, self.size, x.dtype, x.size
-        base = self._start(ctx, hdr, x, xloc, x.nbytes, oloc if oloc is not None else (-1, -1))
+        # destination: out when in the heap; else our stage window when x is staged
+        # (our own copy: reduce there in place, STAGE_DST); else symmetric scratch
+        dst = oloc if oloc is not None else (STAGE_DST, 0) if xloc is None else (-1, -1)
+        base = self._start(ctx, hdr, x, xloc, x.nbytes, dst)
         if x.nbytes <= SMALL_BYTES:
             overlap = oloc is not None and xloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
             key = ("ar1", count, dt, self._key)
@@ -176,7 +189,7 @@ class Direct:
         locs = self._key
         scratch = self._need_scratch.get(locs)
         if scratch is None:
-            scratch = self._need_scratch[locs] = any(w < 0 for w, _ in self._locs(1))
+            scratch = self._need_scratch[locs] = any(w == -1 for w, _ in self._locs(1))
         if scratch:  # some rank's out is private: segments are reduced into symmetric scratch
             scratch = self.heap.scratch(x.nbytes)
         key = ("ar", count, dt, locs, scratch.index if scratch else -1, id(out) if oloc is None else 0)
@@ -203,6 +216,8 @@ class Direct:
         srcs = [self._src(q, count, dt)[seg[r]] for q in [r] + [q for q in range(n) if q != r]]
 
         def dst_of(q):
+            if dlocs[q][0] == STAGE_DST:
+                return self._stage.peers[q][:count * dt.itemsize].view(dt)
             if dlocs[q][0] < 0:
                 return scratch.peers[q][:count * dt.itemsize].view(dt)
             return self.heap.peer_view(q, dlocs[q], count, dt)
