@@ -47,7 +47,10 @@ def check(label, got, want):
     cases += 1
     g, w = np.asarray(got), np.asarray(want)
     if g.shape != w.shape or not np.array_equal(g.astype(np.float64), w.astype(np.float64)):
-        failures.append(f"{label}: got {g.reshape(-1)[:6]} want {w.reshape(-1)[:6]}")
+        bad = np.flatnonzero(g.astype(np.float64) != w.astype(np.float64)) if g.shape == w.shape else [0]
+        i = int(bad[0]) if len(bad) else 0
+        failures.append(f"{label}: {len(bad)} elements differ, first at {i}: got {g.reshape(-1)[i:i + 4]} "
+                        f"want {w.reshape(-1)[i:i + 4]} (shapes {g.shape}, {w.shape})")
 
 
 def uneven(count):
