@@ -110,7 +110,8 @@ class Communicator:
         out = self._out(out, x, x.size, "out", like=x)
         hdr = self._header("all_reduce", x, op=code, count=x.size)
         if self._symmetric is not None and self._symmetric.takes(x):  # x in the heap: read peers directly
-            return self._launch("all_reduce", hdr, lambda c: self._symmetric.all_reduce(c, hdr, x, out, op), out, async_op)
+            return self._launch("all_reduce", hdr, lambda c: self._symmetric.all_reduce(c, hdr, x, out, op), out,
+                                async_op)
         xf, of = x.reshape(-1), out.reshape(-1)
         return self._launch("all_reduce", hdr, lambda ctx: self._all_reduce(ctx, hdr, xf, of, op), out, async_op)
 
@@ -168,7 +169,8 @@ class Communicator:
         out = self._out(out, x, sum(counts), "out")
         hdr = self._header("all_gather", x, count=cnt, counts=digest(counts))
         if self._symmetric is not None and self._symmetric.takes(x):
-            return self._launch("all_gather", hdr, lambda c: self._symmetric.all_gather(c, hdr, x, out, counts), out, async_op)
+            return self._launch("all_gather", hdr, lambda c: self._symmetric.all_gather(c, hdr, x, out, counts), out,
+                                async_op)
         xf, of = x.reshape(-1), out.reshape(-1)
         return self._launch("all_gather", hdr, lambda ctx: self._all_gather(ctx, hdr, xf, of, counts), out, async_op)
 
@@ -180,7 +182,8 @@ class Communicator:
         out = self._out(out, x, x.size, "out", like=x)
         hdr = self._header("broadcast", x, count=x.size, root=int(root))
         if self._symmetric is not None and self._symmetric.takes(x):
-            return self._launch("broadcast", hdr, lambda c: self._symmetric.broadcast(c, hdr, x, out, int(root)), out, async_op)
+            return self._launch("broadcast", hdr, lambda c: self._symmetric.broadcast(c, hdr, x, out, int(root)), out,
+                                async_op)
         xf, of = x.reshape(-1), out.reshape(-1)
         return self._launch("broadcast", hdr, lambda ctx: self._broadcast(ctx, hdr, xf, of, int(root)), out, async_op)
 
