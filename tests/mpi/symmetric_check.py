@@ -65,7 +65,8 @@ def grid():
     comm = Communicator(timeout=60)
     comm.alloc((1,), np.float32)
     sym = comm._symmetric
-    extra["path"] = "ring" if not sym.enabled else "direct" if sym.hier is None else f"hier {sym.hier.nodes}x{sym.hier.k}"
+    hier = sym.hier
+    extra["path"] = "ring" if not sym.enabled else "direct" if hier is None else f"hier {hier.nodes}x{hier.k}"
     for dname in DTYPES:
         dt = to_dtype(dname)
         top = max(COUNTS + BIG) * n
