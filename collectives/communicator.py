@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
+import os
 
 
 import numpy as np
@@ -91,6 +92,10 @@ class Communicator(Dispatcher):
         self._device_transport = None
         self._engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
         self._host_scratch = self._scratch_for(NUMPY_KERNELS)
+        self._symmetric = None  # the node's symmetric heap (collectives/symmetric), made by the first alloc()
+        if os.environ.get("COLLECTIVES_STAGE") == "1":  # ordinary host arrays staged through it too
+            from .symmetric import staged
+            self._symmetric = staged(self)
 
     # ------------------------------------------------------------------ API
     def all_reduce(self, x, op: str = "sum", out=None, async_op: bool = False):
@@ -183,6 +188,22 @@ class Communicator(Dispatcher):
         hdr = self._header("barrier", None)
         return self._dispatch("barrier", hdr, None, None, False, async_op)
 
+    def alloc(self, shape, dtype=np.float32) -> np.ndarray:
+        """A numpy array in the node's symmetric heap: collectives on such arrays read
+        peers' memory directly (collectives/symmetric). Every rank must call it, with
+        the same shapes in the same order, and pass heap arrays on every rank.
+        The arrays live until ``close()``, which unmaps them.
+
+        Args:
+          shape: the array's shape.
+          dtype: a supported dtype (see dtypes.py).
+        """
+        dtype_code(np.dtype(dtype))
+        if self._symmetric is None:
+            from .symmetric import Symmetric
+            self._symmetric = Symmetric(self, direct=self.algorithm == "ring")
+        return self._symmetric.alloc(shape, dtype)
+
     def scratch_bytes(self) -> int:
         """Bytes of the reusable communication buffers this communicator holds now."""
         # a snapshot first: the progress thread may add a buffer meanwhile, and
@@ -192,6 +213,8 @@ class Communicator(Dispatcher):
     def close(self) -> None:
         """Finish queued work and release the progress thread and MPI resources."""
         self._engine.close()
+        if self._symmetric is not None:
+            self._symmetric.close()
         if self._baseline is not None:
             self._baseline.close()
         if self._device_transport is not None:

@@ -32,6 +32,9 @@ class Dispatcher:
         for all_gather out's own segment): now on this thread, or queued behind earlier
         async calls. Returns the caller's ``out`` object, or a Work."""
         run = RUNNERS[kind]
+        sym = self._symmetric
+        if sym is not None and _symmetric_takes(sym, kind, x):  # in the node's heap: read peers directly
+            run = SYMMETRIC_RUNNERS[kind]
         label = f"{kind} #{self._seq - 1}"
         stream = out.stream if out is not None else None
         if stream is not None:
@@ -175,6 +178,33 @@ class Dispatcher:
             return buf[:n]
         return scratch
 
+
+def _symmetric_takes(sym, kind: str, x: Array | None) -> bool:
+    """Whether collective ``kind`` on ``x`` takes the symmetric (direct) path."""
+    if x is None:
+        return kind == "barrier" and sym.enabled
+    return not x.device and sym.takes(x.obj if type(x.obj) is np.ndarray else x.flat)
+
+
+def _host(a: Array):
+    """The numpy array the symmetric path works on: the caller's own (a stable
+    identity keys its cached plans), or the flat view of a CPU tensor."""
+    return a.obj if type(a.obj) is np.ndarray else a.flat
+
+
+# The symmetric path (collectives/symmetric): its own header check and signals in
+# shared memory; avg accumulates half types in float32 and divides at the end.
+SYMMETRIC_RUNNERS = {
+    "all_reduce": lambda self, ctx, hdr, xa, oa, in_place, op:
+        self._symmetric.all_reduce(ctx, hdr, _host(xa), _host(oa), op),
+    "reduce_scatter": lambda self, ctx, hdr, xa, oa, in_place, op, counts:
+        self._symmetric.reduce_scatter(ctx, hdr, _host(xa), _host(oa), counts, op),
+    "all_gather": lambda self, ctx, hdr, xa, oa, in_place, counts:
+        self._symmetric.all_gather(ctx, hdr, _host(xa), _host(oa), counts),
+    "broadcast": lambda self, ctx, hdr, xa, oa, in_place, root:
+        self._symmetric.broadcast(ctx, hdr, _host(xa), _host(oa), root),
+    "barrier": lambda self, ctx, hdr, xa, oa, in_place: self._symmetric.barrier(ctx, hdr),
+}
 
 RUNNERS = {"all_reduce": Dispatcher._run_all_reduce, "reduce_scatter": Dispatcher._run_reduce_scatter,
            "all_gather": Dispatcher._run_all_gather, "broadcast": Dispatcher._run_broadcast,

@@ -1,0 +1,76 @@
+"""The symmetric heap and its direct collectives (collectives/symmetric), under mpirun.
+
+One launch per world size runs the whole grid (tests/mpi/symmetric_check.py).
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MPI_SCRIPTS, ROOT, mpi_env, mpirun_cmd, run_mpi
+
+
+def _results(proc, n):
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(lines) == n, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return lines
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_direct_grid_matches_numpy(n):
+    for res in _results(run_mpi(n, "symmetric_check.py", "grid", *(["--quick"] if n > 3 else []), timeout=300), n):
+        assert res["path"] == "direct"
+        assert res["nfail"] == 0, res["failures"]
+        assert res["cases"] > 1000
+
+
+def test_mismatch_raises_on_every_rank():
+    for res in _results(run_mpi(3, "symmetric_check.py", "mismatch"), 3):
+        assert res["nfail"] == 0, res["failures"]
+        msgs = res["messages"]
+        assert "count differs (rank 0: 9, rank 1: 9, rank 2: 8)" in msgs["count"]
+        assert "collective differs" in msgs["collective"] and "broadcast" in msgs["collective"]
+
+
+def test_absent_peer_times_out_naming_it():
+    res = _results(run_mpi(3, "symmetric_check.py", "absent"), 3)
+    for r in res:
+        assert r["nfail"] == 0, r["failures"]
+    for r in res[:2]:
+        if r["rank"] != 2:
+            assert "rank 2 never signalled" in r["message"] and r["seconds"] < 5
+
+
+def _two_nodes(mode, *args):
+    """4 ranks as 2 nodes of 2 (COLLECTIVES_NODE_SIZE=2), TCP between them."""
+    env = dict(mpi_env(), COLLECTIVES_NODE_SIZE="2")
+    cmd = mpirun_cmd(4) + ["--mca", "btl", "tcp,self", sys.executable, str(MPI_SCRIPTS / "symmetric_check.py"),
+                           mode, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+
+
+def test_two_nodes_hierarchical_grid_matches_numpy():
+    for res in _results(_two_nodes("grid", "--quick"), 4):
+        assert res["path"] == "hier 2x2"
+        assert res["nfail"] == 0, res["failures"]
+        assert res["cases"] > 1000
+
+
+def test_two_nodes_mismatch_raises_on_every_rank():
+    res = _results(_two_nodes("mismatch"), 4)
+    for r in res:
+        assert r["nfail"] == 0, r["failures"]
+    node1 = [r for r in res if r["rank"] >= 2]
+    assert all("count differs (rank 0: 9, rank 1: 8)" in r["messages"]["count"] for r in node1)
+
+
+def test_staged_ordinary_arrays_take_the_direct_path():
+    """COLLECTIVES_STAGE=1: ordinary (and mixed) arrays, exact, with direct reads traced;
+    and the library's own grid (numpy and MPI's own results, bit for bit) through it."""
+    env = dict(mpi_env(), COLLECTIVES_STAGE="1")
+    for script, args in (("symmetric_check.py", ["staged"]), ("check_collectives.py", ["--quick"])):
+        cmd = mpirun_cmd(3) + [sys.executable, str(MPI_SCRIPTS / script), *args]
+        for res in _results(subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT), 3):
+            assert res["nfail"] == 0, (script, res["failures"])
+            assert res.get("stage", True)
