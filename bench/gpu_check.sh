@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu_check.sh: the GPU path's first run on a lent GPU, as one command, in under 5 minutes.
+# bench/gpu_check.sh: the GPU path's first run on a lent GPU, as one command, in under 6 minutes.
 #
 #   bash bench/gpu_check.sh          (device tool: carry [".whl"], filled here by `make gpu-wheels`)
 #
@@ -11,7 +11,8 @@
 #   prereq     ~10 s   carried wheels installed only for what is missing (Open MPI, mpi4py); cupy
 #                      sees a GPU (else: stop here, fast, with a clear message); mpirun -n 2 works
 #   kernels     60 s   GPU tests: every kernel bit for bit against numpy (offsets, head/tail,
-#                      subnormals, NaN/Inf); SASS checks (128-bit accesses, no spills, registers)
+#                      subnormals, NaN/Inf); SASS checks (128-bit accesses, no spills, registers);
+#                      torch CUDA tensors straight into Communicator (DLPack, torch's stream)
 #   defects     25 s   review defects only a GPU shows: flush-to-zero, copy() from numpy 2 arrays,
 #                      occupancy vs grid, registers and local memory (spills) per kernel
 #   bandwidth   35 s   reduce / cast / fused AdamW GB/s vs a device-to-device copy in the same run
@@ -19,15 +20,16 @@
 #   ring        75 s   2 ranks on one GPU: every collective through IPC, staged (and CUDA-aware MPI
 #                      when the library has it); then busbw of all-reduce, reduce-scatter and
 #                      all-gather of 64 MiB, 1 MiB and 16 MiB chunks, vs a copy (the roofline)
+#   torch       60 s   tests/mpi/torch_cuda_check.py under mpirun -n 2 (the ringzero torch backend on
+#                      CUDA tensors: every collective, torch's side stream, DDP and FSDP2)
 #   zero        35 s   ZeRO training (stages 0-3, SGD and AdamW) on the GPU against the same on CPU
 #                      (through IPC, the default on one node; staged for the rest if IPC fails)
-#   torch       25 s   tests/mpi/torch_cuda_check.py under mpirun -n 2, when that file exists
 #
 # Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout
 # and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/gpu-DATE/:
 #   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json
 # Exit status: 0 when every check passed, 1 when one failed, 2 when the GPU stack is missing.
-TOTAL_S=${TOTAL_S:-290}
+TOTAL_S=${TOTAL_S:-330}
 # (the timeouts are the numbers in the run_step lines below; prereq's waits are 15 s per
 #  mpirun probe, at most 3, and 40 s per wheel install, at most 2, only when MPI is missing)
 
@@ -197,6 +199,7 @@ fi
 # ------------------------------------------------------- the other steps
 step_kernels() {
     RZ_REQUIRE_GPU=1 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cuda_kernels.py tests/test_cuda_sass.py \
+        tests/test_arrays.py::test_torch_cuda_on_a_gpu \
         2>&1 | tail -30
     local s=${PIPESTATUS[0]}
     if [ "$s" = 0 ]; then echo "PASS kernels: every GPU kernel test and SASS check passed (bit for bit vs numpy, subnormals too)"
@@ -222,12 +225,12 @@ run_step defects 25 step_defects
 run_step bandwidth 35 step_bandwidth
 if [ "$MPI_OK" = 1 ]; then
     run_step ring 75 step_ring
-    run_step zero 35 step_zero
     if [ -f tests/mpi/torch_cuda_check.py ]; then
-        run_step torch 25 step_torch
+        run_step torch 60 step_torch
     else
         result INFO "torch: tests/mpi/torch_cuda_check.py does not exist on this branch: not run"
     fi
+    run_step zero 35 step_zero
 else
     result FAIL "ring, zero, torch: not run, no working MPI"
 fi
