@@ -38,6 +38,7 @@ from collectives.kernels import kernels_for
 from .fingerprint import check_same_model
 from .gather import UnitGatherer
 from .grads import GradReducer
+from .heap import Buffers, use_heap
 from .optim import SGD, AdamW
 from .policy import policy_for
 from .scaler import LossScaler
@@ -94,10 +95,14 @@ class ZeroOptimizer:
         or the compute dtype.
       loss_scale: "dynamic" (default for float16), None, or a LossScaler.
       prefetch: stage 3 all-gathers the next unit while the current one is used.
+      symmetric: allocate the buffers the collectives read in the node's
+        symmetric heap (``comm.alloc``), so they read peers' memory directly
+        (heap.py): None (default) where the communicator runs over MPI on host
+        arrays, True to require it, False for plain arrays. Every rank alike.
     """
 
     def __init__(self, units, comm, stage: int, optimizer, param_dtype=None, max_grad_norm: float | None = None,
-                 *, reduce_dtype=None, loss_scale="auto", prefetch: bool = True):
+                 *, reduce_dtype=None, loss_scale="auto", prefetch: bool = True, symmetric: bool | None = None):
         policy = policy_for(stage)
         if not isinstance(optimizer, (AdamW, SGD)):
             raise TypeError(f"optimizer must be sharding.AdamW or sharding.SGD, got {type(optimizer).__name__}")
@@ -121,12 +126,15 @@ class ZeroOptimizer:
         self.k = kernels_for(first)
         self.xp = self.k.xp
         self.step_count = 0
-        self.reducer = GradReducer(comm, policy, self.k, self.reduce_dtype)
+        self.symmetric = use_heap(comm, self.xp, symmetric)
+        self.buffers = Buffers(comm, self.xp, self.symmetric)
+        self.reducer = GradReducer(comm, policy, self.k, self.reduce_dtype, self.buffers)
         self.stats = self.reducer.stats  # grad_wait_s, reduce_launched, reduce_done_before_step
         self.units: "OrderedDict[str, _Unit]" = OrderedDict()
         for name, params in units.items():
             self.units[name] = self._build(name, params)
         self._order = list(self.units)
+        self.reducer.make_pool(self.units.values())
         self.gatherer = (UnitGatherer(comm, self.units, self.param_dtype, self.xp, prefetch)
                          if self.policy.gather_per_use else None)  # stage 3's per-use all-gathers
 
@@ -144,13 +152,13 @@ class ZeroOptimizer:
             u.master = init
             u.full = init if self.param_dtype == F32 else init.astype(self.param_dtype)
             u.pshard = u.full
-        else:
+        else:  # what the collectives read: in the heap when symmetric (heap.py)
             u.master = init[sl].copy()
             if not pol.shard_weights:
-                u.full = init.astype(self.param_dtype)  # a fresh array even for float32
+                u.full = self.buffers.copy_of(init, self.param_dtype)  # a fresh array even for float32
                 u.pshard = u.full[sl]
             else:
-                u.pshard = init[sl].astype(self.param_dtype)
+                u.pshard = self.buffers.copy_of(init[sl], self.param_dtype)
         for sname in self.optimizer.state_names():
             u.state[sname] = xp.zeros_like(u.master)
         u.grad = self.reducer.buffer(u)
