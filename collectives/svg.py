@@ -38,7 +38,7 @@ def _node_xy(rank: int, world: int, cx: float, cy: float) -> tuple[float, float]
 
 def _cells(run, view: np.ndarray, x: float, y: float, counts: list[int]) -> list[str]:
     """One rank's buffer as a row of segment cells, striped by contributing rank."""
-    from .explain import contributors
+    from .explain_text import contributors
 
     out = []
     n = len(counts)
@@ -122,7 +122,7 @@ def _panel(run, title: str, view_list, sends, x0: float, y0: float, counts) -> l
 
 def render_svg(run) -> str:
     """The whole diagram as SVG text: a panel for the start, then one per step."""
-    from .explain import PHASE_NAMES
+    from .explain_run import PHASE_NAMES
 
     counts = [sum(run.counts)] if run.op == "broadcast" else list(run.counts)
     panels = [("before the first step", run.initial, [])]
