@@ -3,12 +3,20 @@
     python -m collectives.explain all_reduce --ranks 4 --count 16
     python -m collectives.explain reduce_scatter --ranks 3 --count 10 --chunk 2
     python -m collectives.explain all_reduce --ranks 4 --count 16 --svg ring.svg
+    python -m collectives.explain all_reduce --ranks 4 --count 9000 --algorithm direct
 
 The real ring algorithms (ring.py) run on simulated
 ranks: one thread per rank over the in-process transport, with a
 :class:`~collectives.trace.Tracer` that keeps a copy of every chunk that
 lands. Nothing here re-implements the schedule: every line printed comes from
 a recorded send, receive or reduce.
+
+``--algorithm direct`` shows the direct path instead (buffers in the node's
+symmetric heap, collectives/symmetric): which rank read which bytes of whose
+buffer, phase by phase, with byte totals checked against
+``volumes.direct_volumes``. The real direct code and its shared-memory
+signals run there too, over a stand-in heap of numpy arrays that the
+simulated ranks (threads) share: see explain_direct.py for why.
 
 Files: explain_run.py runs and records (and checks against the formulas),
 explain_text.py renders the steps, svg.py draws them, this module is the
@@ -39,7 +47,7 @@ import sys
 
 from .explain_run import (DTYPES, OPS, PHASE_NAMES, Check, Run, Step, checks, expected_bytes,  # noqa: F401
                           expected_steps, measured_steps, rank_value, reference, run)
-from .explain_text import contributors, format_buffer, render  # noqa: F401
+from .explain_text import contributors, format_buffer, render, render_direct  # noqa: F401
 
 
 def main(argv=None) -> int:
@@ -54,10 +62,24 @@ def main(argv=None) -> int:
     ap.add_argument("--root", type=int, default=0, help="broadcast root")
     ap.add_argument("--buffers", action=argparse.BooleanOptionalAction, default=None,
                     help="print every rank's buffer after each step (default: when count <= 64)")
-    ap.add_argument("--svg", help="also draw the steps as an SVG diagram")
+    ap.add_argument("--algorithm", default="ring", choices=("ring", "direct"),
+                    help="ring (ring.py, default) or direct (reads of peers' buffers in the symmetric heap)")
+    ap.add_argument("--svg", help="also draw the steps as an SVG diagram (ring only)")
     ap.add_argument("--trace", help="also write the Chrome trace (one file per rank)")
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")] if args.counts else None
+    if args.algorithm == "direct":
+        if args.svg or args.chunk:
+            ap.error("--svg and --chunk apply to the ring only (the direct path reads whole segments)")
+        from .explain_direct import direct_checks, run_direct
+        try:
+            d = run_direct(args.op, args.ranks, args.count, dtype=args.dtype, root=args.root, counts=counts)
+        except ValueError as e:
+            ap.error(str(e))
+        print(render_direct(d, args.buffers))
+        if args.trace:
+            print(f"trace: {', '.join(map(str, d.tracer.write_chrome(args.trace)))}")
+        return 0 if all(c.ok for c in direct_checks(d)) else 1
     r = run(args.op, args.ranks, args.count, dtype=args.dtype, chunk=args.chunk, root=args.root,
             counts=counts)
     print(render(r, args.buffers))

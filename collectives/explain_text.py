@@ -113,3 +113,68 @@ def render(run: Run, show_buffers: bool | None = None) -> str:
     for c in checks(run):
         lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
     return "\n".join(lines)
+
+
+def render_direct(run, show_buffers: bool | None = None) -> str:
+    """The direct reads of an explain_direct.DirectRun, phase by phase, ending with the checks."""
+    # imported here: the direct side brings in collectives/symmetric (and with it mpi4py)
+    from .explain_direct import PHASES, SMALL_BYTES, direct_checks, expected_phases, expected_reads
+    n, it, counts = run.world, run.dtype.itemsize, run.counts
+    offs = offsets(counts)
+    whole = sum(counts)
+    if show_buffers is None:
+        show_buffers = whole <= 64
+    lines = [f"{run.op} of {whole} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks, direct reads "
+             f"(symmetric/direct.py over a stand-in heap)",
+             "every buffer is in the node's symmetric heap: each rank reads its peers' buffers in place and "
+             "writes only its own; nothing is sent"]
+    if run.op == "all_reduce":
+        lines.append(f"segments (elements, 64-byte aligned as the direct path cuts them): {counts}" +
+                     (f"; one phase: all-reduces up to {SMALL_BYTES} B" if run.one_phase else ""))
+    elif run.op == "broadcast":
+        lines.append(f"root: rank {run.root}")
+    else:
+        lines.append(f"segments (elements): {counts}")
+    if n <= 8:
+        lines.append("rank r starts with 10**r in each element, so each digit of a sum names a rank "
+                     "(1011 = ranks 0, 1, 3)")
+    if show_buffers:
+        lines.append("inputs:")
+        lines += [f"  rank {r}: {format_buffer(run.inputs[r].astype(np.float64), [run.inputs[r].size])}"
+                  for r in range(n)]
+    lines += ["", "post: every rank writes its header (and where its buffers live) into its own control slot and "
+              "raises its flag to READY; each waits for every peer's flag and compares every header before "
+              "reading a byte (a mismatch raises on every rank)"]
+    evs = run.tracer.data_events()
+    phases = expected_phases(run)
+    for i, phase in enumerate(phases):
+        lines += ["", f"phase {i + 1}/{len(phases)}: {phase}: {PHASES[phase]}"]
+        for e in sorted((e for e in evs if e["phase"] == phase), key=lambda e: (e["rank"], e["peer"])):
+            q, seg = e["peer"], e["seg"]
+            if phase in ("direct read", "direct broadcast"):
+                what = f"its whole input [0:{whole})"
+            elif run.op == "all_gather":
+                what = f"its piece of {counts[q]} element{'s' * (counts[q] != 1)} into out [{offs[q]}:{offs[q + 1]})"
+            elif phase == "direct all-gather":
+                what = f"reduced seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its output"
+            else:
+                what = f"seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its input"
+            lines.append(f"  rank {e['rank']} reads from rank {q}: {what}, {e['nbytes']} B")
+    lines += ["", "done: every rank raises its flag to DONE and waits for every peer's before returning "
+              "(the caller may then overwrite its buffers)"]
+    if show_buffers:
+        lines.append("outputs:")
+        lines += [f"  rank {r}: {format_buffer(run.outputs[r].astype(np.float64), [run.outputs[r].size])}"
+                  for r in range(n)]
+    lines.append("")
+    segs = "" if run.op == "broadcast" else f", s_i = segment i: {', '.join(str(c * it) for c in counts)} B"
+    lines.append(f"bytes read (B = {run.nbytes} B{segs}):")
+    got, want = run.tracer.totals(), expected_reads(run)
+    for r in range(n):
+        v = want[r]
+        lines.append(f"  rank {r}: read {got.get(r, {'recv': 0})['recv']:>6} B from peers (formula "
+                     f"{v.received_formula} = {v.received}); peers read {v.sent_formula} = {v.sent} B of its buffers")
+    lines.append("")
+    for c in direct_checks(run):
+        lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+    return "\n".join(lines)
