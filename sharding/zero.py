@@ -121,12 +121,12 @@ class ZeroOptimizer:
             loss_scale = "dynamic" if self.param_dtype == np.float16 else None
         self.scaler = LossScaler() if loss_scale == "dynamic" else loss_scale
         self.prefetch = prefetch
-        check_same_model(comm, units, stage, self.param_dtype, self.reduce_dtype)
         first = next(iter(next(iter(units.values())).values()))
         self.k = kernels_for(first)
         self.xp = self.k.xp
-        self.step_count = 0
         self.symmetric = use_heap(comm, self.xp, symmetric)
+        check_same_model(comm, units, stage, self.param_dtype, self.reduce_dtype, self.symmetric)
+        self.step_count = 0
         self.buffers = Buffers(comm, self.xp, self.symmetric)
         self.reducer = GradReducer(comm, policy, self.k, self.reduce_dtype, self.buffers)
         self.stats = self.reducer.stats  # grad_wait_s, reduce_launched, reduce_done_before_step

@@ -20,7 +20,7 @@ def test_heap_buffers_train_like_plain_ones_and_read_peers_directly(tmp_path, n)
     assert p.returncode == 0 and len(lines) == n, p.stdout[-3000:] + p.stderr[-3000:]
     for res in lines:
         assert res["nfail"] == 0, res["failures"]
-        assert res["cases"] == 96
+        assert res["cases"] == 97
         if n == 2:  # one addition per element: the same bits on either path
             assert res["exact"], res["maxdiff"]
 

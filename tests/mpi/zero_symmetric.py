@@ -8,7 +8,8 @@ reduce-scatters, all-gathers and gradient all-reduces must all have read the
 peers' buffers directly (trace phases "direct ..."), the plain run's none; a
 checkpoint saved from the heap run loads into a heap optimizer and a plain
 one, and both then step alike. Prints one JSON line per rank:
-{"rank", "cases", "failures", "maxdiff", "exact"}.
+{"rank", "cases", "failures", "maxdiff", "exact"}. Ranks that disagree
+about the heap raise ValueError on every rank.
 """
 import json
 import sys
@@ -99,6 +100,15 @@ for stage in range(4):
                 opt.step()
             compare(f"{tag} step after load", again[0].full_params(), heap.full_params(), 0)
             compare(f"{tag} step after load, plain", again[1].full_params(), heap.full_params(), 1e-5)
+
+# ranks that disagree about the heap raise on every rank before allocating (a collective without a deadline)
+try:
+    ZeroOptimizer(init_units(SIZES), comm, 2, AdamW(lr=1e-2), symmetric=comm.rank == 0)
+    failures.append("symmetric on rank 0 only: no error")
+except ValueError as e:
+    cases += 1
+    if "symmetric differs (rank 0: True; rank 1: False" not in str(e):
+        failures.append(f"symmetric on rank 0 only: {e}")
 
 print(json.dumps({"rank": comm.rank, "cases": cases, "failures": failures[:10], "nfail": len(failures),
                   "maxdiff": maxdiff, "exact": exact}), flush=True)
