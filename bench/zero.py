@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", default="0,1,2,3")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--symmetric", action="store_true",
-                    help="ZeroOptimizer's buffers in the symmetric heap (direct reads; default: plain arrays, the ring)")
+                    help="ZeroOptimizer's buffers in the symmetric heap (direct reads; default: plain arrays)")
     ap.add_argument("--json", default=None, help="write the results here (rank 0)")
     ap.add_argument("--plot", default=None, help="draw the PNG here (rank 0)")
     a = ap.parse_args(argv)

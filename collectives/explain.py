@@ -64,19 +64,23 @@ def main(argv=None) -> int:
                     help="print every rank's buffer after each step (default: when count <= 64)")
     ap.add_argument("--algorithm", default="ring", choices=("ring", "direct"),
                     help="ring (ring.py, default) or direct (reads of peers' buffers in the symmetric heap)")
-    ap.add_argument("--svg", help="also draw the steps as an SVG diagram (ring only)")
+    ap.add_argument("--svg", help="also draw the steps (direct: the phases) as an SVG diagram")
     ap.add_argument("--trace", help="also write the Chrome trace (one file per rank)")
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")] if args.counts else None
     if args.algorithm == "direct":
-        if args.svg or args.chunk:
-            ap.error("--svg and --chunk apply to the ring only (the direct path reads whole segments)")
+        if args.chunk:
+            ap.error("--chunk applies to the ring only (the direct path reads whole segments)")
         from .explain_direct import direct_checks, run_direct
         try:
             d = run_direct(args.op, args.ranks, args.count, dtype=args.dtype, root=args.root, counts=counts)
         except ValueError as e:
             ap.error(str(e))
         print(render_direct(d, args.buffers))
+        if args.svg:
+            from .svg import draw
+            draw(d, args.svg)
+            print(f"\ndiagram: {args.svg}")
         if args.trace:
             print(f"trace: {', '.join(map(str, d.tracer.write_chrome(args.trace)))}")
         return 0 if all(c.ok for c in direct_checks(d)) else 1

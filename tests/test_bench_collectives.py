@@ -132,8 +132,8 @@ def test_bench_symmetric_buffers_take_the_direct_path(tmp_path):
     assert "# ring path (symmetric buffers): direct reads in 12 of 12 cases" in p.stdout
     assert "# out of bounds values : 0 OK" in p.stdout
     # staging on, one rank: the header and the records say so
-    cmd = mpirun_cmd(1) + [sys.executable, str(ROOT / "bench" / "collectives.py"), "-b", "1K", "-e", "1K", "-w", "0",
-                           "-n", "1", "-r", "1", "--op", "all_reduce", "--json", str(out)]
+    cmd = mpirun_cmd(1) + [sys.executable, str(ROOT / "bench" / "collectives.py"), "-b", "1K", "-e", "1K",
+                           "-w", "0", "-n", "1", "-r", "1", "--op", "all_reduce", "--json", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(mpi_env(), COLLECTIVES_STAGE="1"),
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]

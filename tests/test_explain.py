@@ -219,6 +219,34 @@ def test_cli_direct():
     p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--count", "9000",
                         "--algorithm", "direct"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 0 and "phase 2/2: direct all-gather" in p.stdout and "FAIL" not in p.stdout, p.stderr
-    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--algorithm", "direct", "--svg",
-                        "x.svg"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--algorithm", "direct", "--chunk",
+                        "2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and "ring only" in p.stderr
+
+
+def test_svg_draws_direct_reads(tmp_path):
+    """One panel for the inputs and one per phase; an arrow per read, from the owner of the
+    buffer to the reader; after the last phase every cell holds every rank's data."""
+    from collectives.explain_direct import run_direct
+    from collectives.svg import draw
+    path = tmp_path / "direct.svg"
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--ranks", "4", "--count", "9000",
+                        "--algorithm", "direct", "--svg", str(path)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    root = ET.parse(path).getroot()
+    panels = [g for g in root.iter(SVG + "g") if g.get("class") == "panel"]
+    assert len(panels) == 1 + 2
+    for panel in panels[1:]:
+        reads = [e for e in panel.iter(SVG + "line") if e.get("class") == "read"]
+        assert sorted((int(e.get("data-src")), int(e.get("data-dst"))) for e in reads) == \
+            [(q, r) for q in range(4) for r in range(4) if q != r]
+    rs_cells = [c for c in panels[1].iter(SVG + "rect") if c.get("class") == "cell"]
+    assert [c.get("data-ranks") for c in rs_cells if c.get("data-ranks")] == ["0,1,2,3"] * 4  # own segment only
+    last = [c for c in panels[2].iter(SVG + "rect") if c.get("class") == "cell"]
+    assert len(last) == 16 and all(c.get("data-ranks") == "0,1,2,3" for c in last)
+    d = run_direct("all_gather", 3, 0, counts=[2, 1, 3])
+    draw(d, path)
+    reads = [e for e in ET.parse(path).getroot().iter(SVG + "line") if e.get("class") == "read"]
+    assert sorted((int(e.get("data-src")), int(e.get("data-dst")), int(e.get("data-bytes"))) for e in reads) == \
+        [(q, r, [8, 4, 12][q]) for q in range(3) for r in range(3) if q != r]
