@@ -50,7 +50,9 @@ whether ``COLLECTIVES_STAGE=1`` (ordinary arrays staged through the heap) is
 set; every record carries ``buffers`` and ``stage``, and our communicators'
 records ``path``: what the checked (untimed) call took, read from a trace of
 that one call ("direct" when peers' buffers were read in place, "ring" when the ring
-sent and received; "mpi" for the baseline).
+sent and received; "mpi" for the baseline). ``--algorithm torch`` runs on the ringzero
+ProcessGroup's own Communicator, whose heap these arrays are not in: it takes
+the ring on them.
 """
 from __future__ import annotations
 

@@ -154,12 +154,12 @@ def _direct_svg(run) -> str:
     counts = [whole] if run.op == "broadcast" else list(run.counts)
     offs = offsets(run.counts)
 
-    def placed(r, arr, lo):
+    def placed(arr, lo):
         v = np.full(whole, np.nan)
         v[lo:lo + arr.size] = arr
         return v
-    inputs = [placed(r, run.inputs[r], offs[r] if run.op == "all_gather" else 0) for r in range(n)]
-    final = [placed(r, run.outputs[r], offs[r] if run.op == "reduce_scatter" else 0) for r in range(n)]
+    inputs = [placed(run.inputs[r], offs[r] if run.op == "all_gather" else 0) for r in range(n)]
+    final = [placed(run.outputs[r], offs[r] if run.op == "reduce_scatter" else 0) for r in range(n)]
     own = [np.where(np.isin(np.arange(whole), np.arange(offs[r], offs[r + 1])), final[r], np.nan) for r in range(n)]
     panels = [("inputs (in the heap)", inputs, [])]
     phases = expected_phases(run)
