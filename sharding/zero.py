@@ -11,6 +11,8 @@ the code asks the stage's policy (policy.py), never the stage number:
 
 Stage 3's per-use all-gathers are in gather.py, the gradient reductions in
 grads.py, the check that every rank built the same model in fingerprint.py.
+Over MPI the buffers the collectives read live in the node's symmetric heap,
+so they read peers' memory directly (heap.py; ``symmetric=False`` opts out).
 
 The trainer's loop, the same at every stage::
 
