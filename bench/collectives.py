@@ -38,6 +38,21 @@ slowed ring and MPI in the same run a hundredfold on this 2-core machine.
 same ring with nothing but Isend, Irecv and numpy, the ceiling of any ring
 over MPI point-to-point here. The JSON's ``ratio_vs_p2p`` on ring records
 says how much of that ceiling our ring reaches.
+
+``--symmetric``: the buffers every algorithm shares are views of two arrays
+allocated once, for the largest size, with ``comm.alloc`` on our ring's
+communicator (or the first of ours in the run), every rank in the same
+order: they live in the node's symmetric heap (collectives/symmetric), so
+the ring reads its peers' buffers directly, while MPI, Gloo and the bare
+ring get the very same arrays (MPI's own collectives on heap memory, torch
+through ``torch.from_numpy`` views). The header says which buffers ran and
+whether ``COLLECTIVES_STAGE=1`` (ordinary arrays staged through the heap) is
+set; every record carries ``buffers`` and ``stage``, and our communicators'
+records ``path``: what the checked (untimed) call took, read from a trace of
+that one call ("direct" when peers' buffers were read in place, "ring" when the ring
+sent and received; "mpi" for the baseline). ``--algorithm torch`` runs on the ringzero
+ProcessGroup's own Communicator, whose heap these arrays are not in: it takes
+the ring on them.
 """
 from __future__ import annotations
 
@@ -53,6 +68,7 @@ from mpi4py import MPI
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from collectives import Communicator  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
+from collectives.trace import Tracer  # noqa: E402
 from collectives.volumes import busbw_factor  # noqa: E402
 
 from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
@@ -92,7 +108,7 @@ class Case:
     size measured up to 30% slower (two-rank all-gather at 16 MiB, in every
     order tried), which is the allocator's doing, not the algorithm's."""
 
-    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None):
+    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None, pool=None):
         n, r = comm.size, comm.rank
         item = np.dtype(dtype).itemsize
         self.count = count = max(nbytes // item, 0)
@@ -108,17 +124,22 @@ class Case:
             return
         host_full = pattern(count, r, dtype)
         if op == "all_reduce":
-            self.x, self.out = xp.asarray(host_full), xp.empty(count, dtype)
+            x, out_count = host_full, count
             self.expect = sum(pattern(count, q, np.float64) for q in range(n))
         elif op == "reduce_scatter":
-            self.x, self.out = xp.asarray(host_full), xp.empty(piece, dtype)
+            x, out_count = host_full, piece
             self.expect = sum(pattern(count, q, np.float64) for q in range(n))[r * piece:(r + 1) * piece]
         elif op == "all_gather":
-            self.x, self.out = xp.asarray(pattern(piece, r, dtype)), xp.empty(count, dtype)
+            x, out_count = pattern(piece, r, dtype), count
             self.expect = np.concatenate([pattern(piece, q, np.float64) for q in range(n)]) if n else None
         else:  # broadcast from rank 0
-            self.x, self.out = xp.asarray(host_full), xp.empty(count, dtype)
+            x, out_count = host_full, count
             self.expect = pattern(count, 0, np.float64)
+        if pool is None:
+            self.x, self.out = xp.asarray(x), xp.empty(out_count, dtype)
+        else:  # views of the symmetric heap arrays, filled in place
+            self.x, self.out = pool.x[:x.size], pool.out[:out_count]
+            self.x[...] = x
         if op in ("all_reduce", "reduce_scatter") and redop == "avg":
             self.expect = np.trunc(self.expect / n) if np.dtype(dtype).kind == "i" else self.expect / n
         self.xp = xp
@@ -175,8 +196,8 @@ class TorchCase(Case):
 
     REDOPS = {"sum": "SUM", "avg": "AVG", "max": "MAX", "min": "MIN", "prod": "PRODUCT"}
 
-    def __init__(self, comm: TorchComm, op, redop, dtype, nbytes, xp, like=None):
-        super().__init__(comm, op, redop, dtype, nbytes, xp, like=like)
+    def __init__(self, comm: TorchComm, op, redop, dtype, nbytes, xp, like=None, pool=None):
+        super().__init__(comm, op, redop, dtype, nbytes, xp, like=like, pool=pool)
         import torch
 
         self.dist, self.group = comm.dist, comm.group
@@ -200,6 +221,41 @@ class TorchCase(Case):
             self.ag(self.tout, self.tx, group=g)
         else:
             d.broadcast(self.tout, src=d.get_global_rank(g, 0) if g is not None else 0, group=g)
+
+
+class HeapPool:
+    """--symmetric: two arrays in the node's symmetric heap, large enough for every size,
+    that every Case views (input from ``x``, output from ``out``). Allocated once, on
+    every rank in the same order: each ``alloc`` is a window that lives until the
+    communicator closes, so one pair per size would hold every size's buffers at once.
+
+    Args:
+      comm: our Communicator whose heap holds them (``alloc`` is collective).
+      nbytes: the largest size of the sweep.
+      dtype: element type.
+    """
+
+    def __init__(self, comm, nbytes: int, dtype):
+        count = max(nbytes // np.dtype(dtype).itemsize, 1)
+        self.x = comm.alloc((count,), dtype)
+        self.out = comm.alloc((count,), dtype)
+
+
+def traced_path(comm, run, world) -> str:
+    """Run ``run()`` once with a tracer on our ring communicator ``comm`` and say which path
+    it took on every rank: "direct" when ranks read peers' buffers in place (trace phases
+    "direct ..."), "ring" when they sent and received, "mixed" when ranks differ, "none"
+    when no rank moved data (one rank). A rank that moved nothing (a direct broadcast's
+    root) agrees with either."""
+    saved, comm.tracer = comm.tracer, Tracer()
+    try:
+        run()
+        phases = {str(e.get("phase", "")) for e in comm.tracer.data_events()}
+    finally:
+        comm.tracer = saved
+    mine = "none" if not phases else "direct" if all(p.startswith("direct") for p in phases) else "ring"
+    seen = set(world.allgather(mine)) - {"none"}
+    return seen.pop() if len(seen) == 1 else "mixed" if seen else "none"
 
 
 def paired_ratio(base_times: list[float], times: list[float]) -> float:
@@ -250,6 +306,9 @@ def main(argv=None) -> int:
     p.add_argument("--chunk-bytes", type=int, default=None, help="ring chunk size (default: library's)")
     p.add_argument("--json", default=None, help="write the records here (rank 0)")
     p.add_argument("--plot", default=None, help="draw busbw against size to this PNG (rank 0)")
+    p.add_argument("--symmetric", action="store_true",
+                   help="buffers from comm.alloc (the node's symmetric heap), shared by every algorithm:"
+                        " the ring reads peers' buffers directly")
     a = p.parse_args(argv)
 
     world = MPI.COMM_WORLD
@@ -268,6 +327,10 @@ def main(argv=None) -> int:
         p.error(f"--algorithm {','.join(torch_algos)} runs on host arrays only here: use --device cpu")
     if "gloo" in algos and a.redop == "avg":
         p.error("Gloo has no avg reduction: use --redop sum (or leave gloo out)")
+    if a.symmetric and a.device != "cpu":
+        p.error("--symmetric allocates host arrays in the node's shared-memory heap: use --device cpu")
+    if a.symmetric and not any(x in ("ring", "mpi") for x in algos):
+        p.error("--symmetric allocates through our communicator: add ring or mpi to --algorithm")
     dtype = to_dtype(a.dtype)
     if a.device == "cuda":
         import cupy as xp
@@ -278,12 +341,28 @@ def main(argv=None) -> int:
     comms = {alg: make_comm(alg, world, kw, want_ringzero="torch" in algos) for alg in algos}
     n, rank = world.size, world.rank
     records = []
+    pool = None
+    if a.symmetric:  # on ring's communicator, so that its heap is the one the ring reads
+        owner = comms["ring"] if "ring" in comms else comms["mpi"]
+        pool = HeapPool(owner, max(sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor),
+                                   default=1), dtype)
+    stage = os.environ.get("COLLECTIVES_STAGE") == "1"
+    mode = "symmetric" if a.symmetric else "numpy"
 
     def say(s=""):
         if rank == 0:
             print(s, flush=True)
 
     say(f"# ringzero collectives benchmark: {n} ranks, dtype {a.dtype}, redop {a.redop}, device {a.device}")
+    if a.symmetric:
+        say(f"# buffers: symmetric (comm.alloc on {'ring' if 'ring' in comms else 'mpi'}'s communicator,"
+            f" the node's shared-memory heap), the same arrays for every algorithm")
+    else:
+        say(f"# buffers: numpy ({'cupy' if a.device == 'cuda' else 'ordinary host'} arrays), the same arrays"
+            f" for every algorithm")
+    say(f"# COLLECTIVES_STAGE={os.environ.get('COLLECTIVES_STAGE', '')}"
+        + (": ordinary host arrays staged through symmetric scratch (direct path)" if stage else
+           " (unset: ordinary arrays take the ring)"))
     baselines = [b for b in BASELINES if b in algos]
     overhead = "torch" in algos and "ring" in algos
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters, algorithms taking turns each round;"
@@ -307,14 +386,19 @@ def main(argv=None) -> int:
             for alg in algos:
                 first = cases[algos[0]] if cases else None
                 kind = TorchCase if alg in ("gloo", "torch") else Case
-                case = cases[alg] = kind(comms[alg], op, a.redop, dtype, size, xp, like=first)
+                case = cases[alg] = kind(comms[alg], op, a.redop, dtype, size, xp, like=first, pool=pool)
                 case.out[...] = SENTINEL  # shared buffers: a result left by the last algorithm must not count
                 case.prepare()
-                case.run()
+                c = comms[alg]
+                if isinstance(c, Communicator) and c.algorithm == "ring":
+                    path = traced_path(c, case.run, world)
+                else:
+                    path = alg if isinstance(c, Communicator) else None
+                    case.run()
                 wrong = world.allreduce(case.wrong(), op=MPI.SUM)
                 for _ in range(a.warmup_iters):
                     case.run()
-                row[alg] = {"wrong": wrong}
+                row[alg] = {"wrong": wrong, "path": path}
             for rnd in range(max(a.rounds, 1)):  # algorithms take turns, so drift touches all alike,
                 for alg in algos[rnd % len(algos):] + algos[:rnd % len(algos)]:  # each going first in turn
                     case = cases[alg]
@@ -333,7 +417,9 @@ def main(argv=None) -> int:
                 rec = dict(op=op, algorithm=alg, dtype=a.dtype, redop=a.redop, bytes=case.nbytes,
                            count=case.count, ranks=n, time_us=dt * 1e6, algbw=algbw,
                            busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device,
-                           rounds_us=[t * 1e6 for t in times[alg]])
+                           rounds_us=[t * 1e6 for t in times[alg]], buffers=mode, stage=stage)
+                if row[alg]["path"] is not None:
+                    rec["path"] = row[alg]["path"]
                 row[alg] = rec
                 records.append(rec)
             for alg, rec in row.items():
@@ -379,6 +465,10 @@ def main(argv=None) -> int:
         smallest = min(r["bytes"] for r in over)
         say("# torch over ring at " + f"{smallest} B: " + ", ".join(
             f"{r['op']} {r['overhead_vs_ring_us']:+.1f} us" for r in over if r["bytes"] == smallest))
+    traced = [r for r in records if r.get("path") in ("direct", "ring")]
+    if traced:
+        direct = sum(r["path"] == "direct" for r in traced)
+        say(f"# ring path ({mode} buffers): direct reads in {direct} of {len(traced)} cases")
     say(f"# out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
     membw = None
     if a.plot:  # the roofline, measured in this process after the sweep (rank 0 alone: nothing else runs)

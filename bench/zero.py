@@ -39,10 +39,12 @@ CATS = ("weights", "gradients", "master", "optimizer", "comm")
 
 
 def ring_bytes_sent(tracer) -> int:
-    """Most bytes any rank sent through the ring (recursive-doubling rounds left out)."""
+    """Most bytes any rank sent through the ring (recursive-doubling rounds left out), or
+    with buffers in the symmetric heap (--symmetric) read from its peers directly."""
     per_rank: dict = {}
     for e in tracer.events:
-        if e["action"] == "send" and e.get("phase") != "recursive-doubling":
+        direct = e["action"] == "recv" and str(e.get("phase", "")).startswith("direct")
+        if direct or (e["action"] == "send" and e.get("phase") != "recursive-doubling"):
             per_rank[e["rank"]] = per_rank.get(e["rank"], 0) + int(e["nbytes"])
     return max(per_rank.values(), default=0)
 
@@ -55,7 +57,7 @@ def bench_stage(comm, stage: int, a, world_mpi) -> dict:
     names = list(units)
     psi = sum(arr.size for u in units.values() for arr in u.values())
     pdt = None if a.dtype == "float32" else a.dtype
-    opt = ZeroOptimizer(units, comm, stage, AdamW(lr=1e-3), param_dtype=pdt)
+    opt = ZeroOptimizer(units, comm, stage, AdamW(lr=1e-3), param_dtype=pdt, symmetric=a.symmetric)
     x, y = model.make_data(a.batch * comm.size, a.sizes[0], a.sizes[-1], seed=1)
     xs, ys = x[comm.rank::comm.size], y[comm.rank::comm.size]
 
@@ -84,7 +86,7 @@ def bench_stage(comm, stage: int, a, world_mpi) -> dict:
     master = 0 if (a.dtype == "float32" and stage == 0) else 4
     est = estimate_memory(psi, comm.size, stage, param_bytes=pbytes, grad_bytes=4,
                           master_bytes=master, state_bytes=8)
-    return dict(stage=stage, ranks=comm.size, params=psi, dtype=a.dtype, step_ms=dt * 1e3, loss=loss,
+    return dict(stage=stage, symmetric=opt.symmetric, ranks=comm.size, params=psi, dtype=a.dtype, step_ms=dt * 1e3, loss=loss,
                 memory=mem, memory_total=sum(mem.values()), estimate={c: est[c] for c in CATS},
                 estimate_total=est["total"], sent_bytes=sent,
                 zero_volume=zero_volume(psi, comm.size, stage, pbytes, 4))
@@ -139,6 +141,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5, help="timed steps per stage")
     ap.add_argument("--stages", default="0,1,2,3")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    ap.add_argument("--symmetric", action="store_true",
+                    help="ZeroOptimizer's buffers in the symmetric heap (direct reads; default: plain arrays)")
     ap.add_argument("--json", default=None, help="write the results here (rank 0)")
     ap.add_argument("--plot", default=None, help="draw the PNG here (rank 0)")
     a = ap.parse_args(argv)

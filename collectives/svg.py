@@ -38,7 +38,7 @@ def _node_xy(rank: int, world: int, cx: float, cy: float) -> tuple[float, float]
 
 def _cells(run, view: np.ndarray, x: float, y: float, counts: list[int]) -> list[str]:
     """One rank's buffer as a row of segment cells, striped by contributing rank."""
-    from .explain import contributors
+    from .explain_text import contributors
 
     out = []
     n = len(counts)
@@ -69,7 +69,7 @@ def _cells(run, view: np.ndarray, x: float, y: float, counts: list[int]) -> list
     return out
 
 
-def _arrow(e: dict, world: int, cx: float, cy: float, label: str) -> list[str]:
+def _arrow(e: dict, world: int, cx: float, cy: float, label: str, cls: str = "send") -> list[str]:
     x0, y0 = _node_xy(e["rank"], world, cx, cy)
     x1, y1 = _node_xy(e["peer"], world, cx, cy)
     dx, dy = x1 - x0, y1 - y0
@@ -82,7 +82,7 @@ def _arrow(e: dict, world: int, cx: float, cy: float, label: str) -> list[str]:
     mx, my = (ax0 + ax1) / 2 + px * 3, (ay0 + ay1) / 2 + py * 3 + 3
     width = 2.5 if e["nbytes"] else 1.0
     dash = "" if e["nbytes"] else ' stroke-dasharray="3,3"'
-    return [f'<line class="send" data-src="{e["rank"]}" data-dst="{e["peer"]}" data-bytes="{e["nbytes"]}" '
+    return [f'<line class="{cls}" data-src="{e["rank"]}" data-dst="{e["peer"]}" data-bytes="{e["nbytes"]}" '
             f'x1="{ax0:.1f}" y1="{ay0:.1f}" x2="{ax1:.1f}" y2="{ay1:.1f}" stroke="{c}" '
             f'stroke-width="{width}"{dash} marker-end="url(#head{e["rank"] % len(PALETTE)})"/>',
             f'<text x="{mx:.1f}" y="{my:.1f}" font-size="10" text-anchor="middle" fill="{c}">'
@@ -96,6 +96,9 @@ def _panel(run, title: str, view_list, sends, x0: float, y0: float, counts) -> l
            f'fill="#fbfbfb" stroke="#bbb"/>',
            f'<text x="{x0 + 14}" y="{y0 + 24}" font-size="13" font-weight="bold">{escape(title)}</text>']
     for e in sends:
+        if "read_label" in e:  # a direct read: drawn from the buffer's owner to the reader
+            out += _arrow(e, run.world, cx, cy, e["read_label"], cls="read")
+            continue
         if run.op == "broadcast":
             label = f"{e['nbytes']} B"
         else:
@@ -110,7 +113,7 @@ def _panel(run, title: str, view_list, sends, x0: float, y0: float, counts) -> l
         out += _cells(run, view_list[r], nx - CELL_W_TOTAL / 2, ny + 8, counts)
     w = CELL_W_TOTAL / len(counts)
     for e in sends:  # outline what each sender puts on the wire
-        if e["nbytes"]:
+        if e["nbytes"] and "read_label" not in e:
             nx, ny = _node_xy(e["rank"], run.world, cx, cy)
             seg = 0 if run.op == "broadcast" else e["seg"]
             out.append(f'<rect class="sent" x="{nx - CELL_W_TOTAL / 2 + seg * w:.1f}" y="{ny + 7:.1f}" '
@@ -121,8 +124,11 @@ def _panel(run, title: str, view_list, sends, x0: float, y0: float, counts) -> l
 
 
 def render_svg(run) -> str:
-    """The whole diagram as SVG text: a panel for the start, then one per step."""
-    from .explain import PHASE_NAMES
+    """The whole diagram as SVG text: a panel for the start, then one per step
+    (for an explain_direct.DirectRun: one per phase of direct reads)."""
+    if hasattr(run, "one_phase"):
+        return _direct_svg(run)
+    from .explain_run import PHASE_NAMES
 
     counts = [sum(run.counts)] if run.op == "broadcast" else list(run.counts)
     panels = [("before the first step", run.initial, [])]
@@ -130,6 +136,49 @@ def render_svg(run) -> str:
     for st in run.steps:
         panels.append((f"step {st.index + 1}/{total}: {PHASE_NAMES[st.phase]} {st.phase_step}",
                        st.views, st.sends))
+    split = f"root {run.root}" if run.op == "broadcast" else f"segments {run.counts}"
+    title = (f"{run.op}: {sum(run.counts)} x {run.dtype.name} ({run.nbytes} B) on {run.world} ranks, "
+             f"{split}, chunk {run.chunk} elements")
+    notes = ("cells: each rank's buffer, one per segment, striped by the ranks whose data it holds "
+             "(grey: not received yet; hatched: empty segment).",
+             "arrows: the sends of that step, coloured by the sender; the outlined cell is the segment on the wire.")
+    return _document(run, title, notes, panels, counts)
+
+
+def _direct_svg(run) -> str:
+    """A DirectRun: its inputs, then per phase the reads (arrows from the buffer's owner to
+    the reader, coloured by the owner) over what each rank's output holds after the phase."""
+    from .explain_direct import expected_phases
+
+    n, whole = run.world, sum(run.counts)
+    counts = [whole] if run.op == "broadcast" else list(run.counts)
+    offs = offsets(run.counts)
+
+    def placed(arr, lo):
+        v = np.full(whole, np.nan)
+        v[lo:lo + arr.size] = arr
+        return v
+    inputs = [placed(run.inputs[r], offs[r] if run.op == "all_gather" else 0) for r in range(n)]
+    final = [placed(run.outputs[r], offs[r] if run.op == "reduce_scatter" else 0) for r in range(n)]
+    own = [np.where(np.isin(np.arange(whole), np.arange(offs[r], offs[r + 1])), final[r], np.nan) for r in range(n)]
+    panels = [("inputs (in the heap)", inputs, [])]
+    phases = expected_phases(run)
+    evs = run.tracer.data_events()
+    for i, ph in enumerate(phases):
+        whole_reads = ph in ("direct read", "direct broadcast") or run.op == "all_gather"
+        reads = [{"rank": e["peer"], "peer": e["rank"], "nbytes": e["nbytes"], "seg": e["seg"],
+                  "read_label": f"{e['nbytes']} B" if whole_reads else f"s{e['seg']} {e['nbytes']} B"}
+                 for e in evs if e["phase"] == ph]
+        after = own if ph == "direct reduce-scatter" and run.op == "all_reduce" else final
+        panels.append((f"phase {i + 1}/{len(phases)}: {ph}", after, reads))
+    title = f"{run.op}: {whole} x {run.dtype.name} ({run.nbytes} B) on {n} ranks, direct reads, segments {run.counts}"
+    notes = ("cells: each rank's output after the phase, striped by the ranks whose data it holds "
+             "(inputs in the first panel).",
+             "arrows: reads of a peer's buffer in place, from the owner to the reader, coloured by the owner.")
+    return _document(run, title, notes, panels, counts)
+
+
+def _document(run, title: str, notes, panels, counts) -> str:
     cols = min(COLUMNS, len(panels))
     rows = math.ceil(len(panels) / cols)
     head = 66
@@ -146,17 +195,12 @@ def render_svg(run) -> str:
                    f'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>')
     out.append("</defs>")
     out.append(f'<rect width="{w}" height="{h}" fill="#ffffff"/>')
-    split = f"root {run.root}" if run.op == "broadcast" else f"segments {run.counts}"
-    title = (f"{run.op}: {sum(run.counts)} x {run.dtype.name} ({run.nbytes} B) on {run.world} ranks, "
-             f"{split}, chunk {run.chunk} elements")
     out.append(f'<text x="12" y="24" font-size="15" font-weight="bold">{escape(title)}</text>')
-    out.append('<text x="12" y="42" font-size="11">cells: each rank\'s buffer, one per segment, striped by '
-               'the ranks whose data it holds (grey: not received yet; hatched: empty segment).</text>')
-    out.append('<text x="12" y="57" font-size="11">arrows: the sends of that step, coloured by the sender; '
-               'the outlined cell is the segment on the wire.</text>')
-    for i, (title, views, sends) in enumerate(panels):
+    for k, note in enumerate(notes):
+        out.append(f'<text x="12" y="{42 + 15 * k}" font-size="11">{escape(note)}</text>')
+    for i, (ptitle, views, sends) in enumerate(panels):
         x0, y0 = 10 + (i % cols) * PANEL_W, head + (i // cols) * PANEL_H
-        out += _panel(run, title, views, sends, x0, y0, counts)
+        out += _panel(run, ptitle, views, sends, x0, y0, counts)
     ly = head + rows * PANEL_H + 18
     for r in range(run.world):
         lx = 14 + r * 80
@@ -167,6 +211,6 @@ def render_svg(run) -> str:
 
 
 def draw(run, path) -> None:
-    """Write the SVG of ``run`` (an explain.Run) to ``path``."""
+    """Write the SVG of ``run`` (an explain.Run or explain_direct.DirectRun) to ``path``."""
     with open(path, "w", encoding="utf-8") as f:
         f.write(render_svg(run))

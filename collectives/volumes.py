@@ -13,6 +13,17 @@ Ring volumes, with B the whole buffer in bytes, s_i the bytes of segment i
   broadcast:      every rank sends B except the end of the chain (root - 1);
                   every rank but the root receives B
 
+Direct volumes (collectives/symmetric/direct.py: buffers in the node's
+symmetric heap; nothing is sent, each rank reads its peers' buffers in place).
+For each rank: what it reads from peers, and what peers read from its buffers:
+
+  reduce-scatter: reads (N-1) s_r,            its input is read B - s_r
+  all-gather:     reads B - s_r,              its piece is read (N-1) s_r
+  all-reduce:     the sum of both, with the segments the direct path cuts
+                  (64-byte aligned); up to its one-phase size every rank
+                  reads every peer's whole input: (N-1) B each way
+  broadcast:      every rank but the root reads B; the root's is read (N-1) B
+
 Bus bandwidth (nccl-tests' convention) = algbw x factor, the factor being
 what a rank must send for an even split, as a fraction of B: all-reduce
 2(N-1)/N, reduce-scatter and all-gather (N-1)/N, broadcast 1. busbw is then
@@ -100,6 +111,46 @@ def ring_volumes(op: str, counts: list[int], itemsize: int, root: int = 0) -> li
             last = r == (root - 1) % n
             out.append(Volume(0 if last else b, 0 if r == root else b,
                               "0 (end of chain)" if last else "B", "0 (root)" if r == root else "B"))
+    return out
+
+
+def direct_volumes(op: str, counts: list[int], itemsize: int, root: int = 0,
+                   one_phase: bool = False) -> list[Volume]:
+    """Bytes each rank's buffers give to peers (``sent``: read from it) and take from
+    them (``received``: it reads) in the direct ``op``, rank by rank.
+
+    Args:
+      op: the collective.
+      counts: elements of each rank's segment, as the direct path cuts them
+        (len(counts) is the world size). For broadcast only the sum matters.
+      itemsize: bytes per element.
+      root: broadcast root.
+      one_phase: an all-reduce small enough that every rank reduces the whole
+        vector from every peer's input.
+    """
+    n = len(counts)
+    _check(op, n)
+    if not 0 <= root < n:
+        raise ValueError(f"{op}: root {root} outside 0..{n - 1}")
+    seg = [int(c) * itemsize for c in counts]
+    b, m = sum(seg), n - 1
+    if n == 1:
+        return [Volume(0, 0, "N = 1: nothing", "N = 1: nothing")]
+    out = []
+    for r in range(n):
+        rs = (b - seg[r], m * seg[r], f"B - s{r}", f"(N-1) s{r}")
+        ag = (m * seg[r], b - seg[r], f"(N-1) s{r}", f"B - s{r}")
+        if op == "reduce_scatter":
+            out.append(Volume(*rs))
+        elif op == "all_gather":
+            out.append(Volume(*ag))
+        elif op == "all_reduce" and one_phase:
+            out.append(Volume(m * b, m * b, "(N-1) B", "(N-1) B"))
+        elif op == "all_reduce":
+            out.append(Volume(rs[0] + ag[0], rs[1] + ag[1], f"B + (N-2) s{r}", f"B + (N-2) s{r}"))
+        else:
+            out.append(Volume(m * b if r == root else 0, 0 if r == root else b,
+                              "(N-1) B (root)" if r == root else "0", "0 (root)" if r == root else "B"))
     return out
 
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 
-def check_same_model(comm, units, stage, param_dtype, reduce_dtype) -> None:
+def check_same_model(comm, units, stage, param_dtype, reduce_dtype, symmetric: bool = False) -> None:
     """Raise ValueError on every rank unless every rank passed the same units,
     parameter names and shapes, stage and dtypes (collective: every rank calls it).
 
@@ -21,9 +21,13 @@ def check_same_model(comm, units, stage, param_dtype, reduce_dtype) -> None:
       comm: the Communicator.
       units: ``{unit: {name: array}}`` as this rank passed them.
       stage, param_dtype, reduce_dtype: the ZeroOptimizer's settings.
+      symmetric: whether this rank's buffers go to the symmetric heap (heap.py):
+        allocating there is a collective call without a deadline, so ranks that
+        disagree must raise here rather than hang in it.
     """
     model = {"units": [[u, [[n, list(np.shape(a))] for n, a in params.items()]] for u, params in units.items()],
-             "stage": stage, "param_dtype": str(param_dtype), "reduce_dtype": str(reduce_dtype)}
+             "stage": stage, "param_dtype": str(param_dtype), "reduce_dtype": str(reduce_dtype),
+             "symmetric": bool(symmetric)}
     text = json.dumps(model)
     fp = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "little")
     hi, neg_lo = comm.all_reduce(np.array([fp, -fp], np.int64), op="max")  # one small collective
@@ -44,8 +48,8 @@ def _first_difference(models) -> str:
     """Name the first place where the ranks' model descriptions differ."""
     def per_rank(values):
         return "; ".join(f"rank {q}: {v}" for q, v in enumerate(values))
-    for key in ("stage", "param_dtype", "reduce_dtype"):
-        values = [m[key] for m in models]
+    for key in ("stage", "param_dtype", "reduce_dtype", "symmetric"):
+        values = [m.get(key) for m in models]
         if len(set(values)) > 1:
             return f"{key} differs ({per_rank(values)})"
     names = [[u for u, _ in m["units"]] for m in models]

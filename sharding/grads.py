@@ -25,16 +25,30 @@ class GradReducer:
       policy: the stage's StagePolicy.
       k: the kernel set of the buffers (reduce_, ...); xp: its array module.
       dtype: the dtype gradients are kept and reduced in.
+      buffers: where communicated buffers are allocated (heap.py); plain arrays when None.
     """
 
-    def __init__(self, comm, policy, k, dtype):
+    def __init__(self, comm, policy, k, dtype, buffers=None):
         self.comm, self.policy, self.k, self.xp, self.dtype = comm, policy, k, k.xp, dtype
+        self.buffers = buffers
+        self.pool = None  # stages 2-3 on the heap: the reduce-scatter inputs (heap.InputPool)
         self.stats = {"grad_wait_s": 0.0, "reduce_launched": 0, "reduce_done_before_step": 0}
         self.live: list = []  # stage 1: reduce-scatter outputs while step() runs
 
     def buffer(self, u):
-        """A zeroed gradient buffer for unit ``u``: its shard, or the full padded unit."""
-        return self.xp.zeros(u.shard.size if self.policy.shard_grads else u.layout.padded, self.dtype)
+        """A zeroed gradient buffer for unit ``u``: its shard, or the full padded unit (in the
+        heap where it is reduced in place, stages 0-1)."""
+        if self.policy.shard_grads:  # a reduce-scatter's output: the direct path writes it wherever it is
+            return self.xp.zeros(u.shard.size, self.dtype)
+        if self.buffers is not None:
+            return self.buffers.zeros(u.layout.padded, self.dtype)
+        return self.xp.zeros(u.layout.padded, self.dtype)
+
+    def make_pool(self, units) -> None:
+        """Stages 2-3 on the heap: the reduce-scatter inputs, sized to the largest unit."""
+        from .heap import InputPool
+        if self.policy.reduce_per_unit and self.buffers is not None and self.buffers.heap:
+            self.pool = InputPool(self.buffers, max(u.layout.padded for u in units), self.dtype)
 
     def add(self, unit: str, u, grads: dict) -> None:
         """Take a unit's local gradients ``{name: array}`` (see ZeroOptimizer.reduce_grads)."""
@@ -49,14 +63,22 @@ class GradReducer:
             for s in u.layout.slots:
                 u.grad[s.offset:s.end] += grads[s.name].reshape(-1).astype(self.dtype, copy=False)
             return
-        flat = self.xp.zeros(u.layout.padded, self.dtype)
+        if self.pool is not None:  # a heap buffer no reduce-scatter still reads
+            if u.pending:  # accumulation: fold the previous micro-batch first, keep one in flight
+                self.fold(u)
+            slot, flat = self.pool.take(u.layout.padded, self.fold)
+        else:
+            flat = self.xp.zeros(u.layout.padded, self.dtype)
         for s in u.layout.slots:
             flat[s.offset:s.end] = grads[s.name].reshape(-1)
         if u.pending:  # accumulation: fold the previous micro-batch first, keep one in flight
             self.fold(u)
         out = u.grad if not u.grad_filled else self.xp.empty(u.shard.size, self.dtype)
         work = self.comm.reduce_scatter(flat, op="avg", out=out, async_op=True)
-        u.pending.append(Pending("reduce-scatter", unit).launch(work, flat, out))
+        pend = Pending("reduce-scatter", unit).launch(work, flat, out)
+        u.pending.append(pend)
+        if self.pool is not None:
+            self.pool.hold(slot, u, pend)
         self.stats["reduce_launched"] += 1
 
     def fold(self, u) -> None:

@@ -88,6 +88,9 @@ def measure(opt) -> dict:
             add("comm", b)
     for b in opt.reducer.live:
         add("comm", b)
+    pool = opt.reducer.pool  # stages 2-3 on the symmetric heap: the reduce-scatter inputs
+    for b in (pool.arrays if pool is not None else ()):
+        add("comm", b)
     parts.update(comm_parts(opt.comm))
     out["comm"] += sum(v for k, v in parts.items() if k != "buckets")
     out["total"] = sum(out[c] for c in CATEGORIES)

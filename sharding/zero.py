@@ -11,6 +11,8 @@ the code asks the stage's policy (policy.py), never the stage number:
 
 Stage 3's per-use all-gathers are in gather.py, the gradient reductions in
 grads.py, the check that every rank built the same model in fingerprint.py.
+Over MPI the buffers the collectives read live in the node's symmetric heap,
+so they read peers' memory directly (heap.py; ``symmetric=False`` opts out).
 
 The trainer's loop, the same at every stage::
 
@@ -38,6 +40,7 @@ from collectives.kernels import kernels_for
 from .fingerprint import check_same_model
 from .gather import UnitGatherer
 from .grads import GradReducer
+from .heap import Buffers, use_heap
 from .optim import SGD, AdamW
 from .policy import policy_for
 from .scaler import LossScaler
@@ -94,10 +97,14 @@ class ZeroOptimizer:
         or the compute dtype.
       loss_scale: "dynamic" (default for float16), None, or a LossScaler.
       prefetch: stage 3 all-gathers the next unit while the current one is used.
+      symmetric: allocate the buffers the collectives read in the node's
+        symmetric heap (``comm.alloc``), so they read peers' memory directly
+        (heap.py): None (default) where the communicator runs over MPI on host
+        arrays, True to require it, False for plain arrays. Every rank alike.
     """
 
     def __init__(self, units, comm, stage: int, optimizer, param_dtype=None, max_grad_norm: float | None = None,
-                 *, reduce_dtype=None, loss_scale="auto", prefetch: bool = True):
+                 *, reduce_dtype=None, loss_scale="auto", prefetch: bool = True, symmetric: bool | None = None):
         policy = policy_for(stage)
         if not isinstance(optimizer, (AdamW, SGD)):
             raise TypeError(f"optimizer must be sharding.AdamW or sharding.SGD, got {type(optimizer).__name__}")
@@ -116,17 +123,20 @@ class ZeroOptimizer:
             loss_scale = "dynamic" if self.param_dtype == np.float16 else None
         self.scaler = LossScaler() if loss_scale == "dynamic" else loss_scale
         self.prefetch = prefetch
-        check_same_model(comm, units, stage, self.param_dtype, self.reduce_dtype)
         first = next(iter(next(iter(units.values())).values()))
         self.k = kernels_for(first)
         self.xp = self.k.xp
+        self.symmetric = use_heap(comm, self.xp, symmetric)
+        check_same_model(comm, units, stage, self.param_dtype, self.reduce_dtype, self.symmetric)
         self.step_count = 0
-        self.reducer = GradReducer(comm, policy, self.k, self.reduce_dtype)
+        self.buffers = Buffers(comm, self.xp, self.symmetric)
+        self.reducer = GradReducer(comm, policy, self.k, self.reduce_dtype, self.buffers)
         self.stats = self.reducer.stats  # grad_wait_s, reduce_launched, reduce_done_before_step
         self.units: "OrderedDict[str, _Unit]" = OrderedDict()
         for name, params in units.items():
             self.units[name] = self._build(name, params)
         self._order = list(self.units)
+        self.reducer.make_pool(self.units.values())
         self.gatherer = (UnitGatherer(comm, self.units, self.param_dtype, self.xp, prefetch)
                          if self.policy.gather_per_use else None)  # stage 3's per-use all-gathers
 
@@ -144,13 +154,13 @@ class ZeroOptimizer:
             u.master = init
             u.full = init if self.param_dtype == F32 else init.astype(self.param_dtype)
             u.pshard = u.full
-        else:
+        else:  # what the collectives read: in the heap when symmetric (heap.py)
             u.master = init[sl].copy()
             if not pol.shard_weights:
-                u.full = init.astype(self.param_dtype)  # a fresh array even for float32
+                u.full = self.buffers.copy_of(init, self.param_dtype)  # a fresh array even for float32
                 u.pshard = u.full[sl]
             else:
-                u.pshard = init[sl].astype(self.param_dtype)
+                u.pshard = self.buffers.copy_of(init[sl], self.param_dtype)
         for sname in self.optimizer.state_names():
             u.state[sname] = xp.zeros_like(u.master)
         u.grad = self.reducer.buffer(u)

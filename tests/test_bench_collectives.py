@@ -1,8 +1,10 @@
 """bench/collectives.py on 2 ranks: nccl-tests columns and conventions, checked from its JSON."""
 import json
 import statistics
+import subprocess
+import sys
 
-from conftest import ROOT, run_mpi
+from conftest import ROOT, mpi_env, mpirun_cmd, run_mpi
 
 
 def _table(stdout: str) -> list[list[str]]:
@@ -26,6 +28,8 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
     for r in recs:
         assert set(r) >= {"op", "algorithm", "dtype", "bytes", "ranks", "time_us", "algbw", "busbw", "wrong"}
         assert r["wrong"] == 0 and r["ranks"] == 2, r
+        assert r["buffers"] == "numpy" and r["stage"] is False  # ordinary arrays: the ring, not direct reads
+        assert r.get("path") == {"ring": "ring", "mpi": "mpi"}.get(r["algorithm"]), r
         assert abs(r["algbw"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) < 1e-9 * max(1, r["algbw"])
         factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(r["op"], 0.5)  # 2(n-1)/n, 1 and (n-1)/n at n = 2
         assert abs(r["busbw"] - r["algbw"] * factor) < 1e-12 + 1e-9 * r["busbw"]
@@ -104,3 +108,39 @@ def test_bench_bare_ring_is_checked_like_the_others(tmp_path):
 def test_bench_refuses_the_bare_ring_on_gpu_arrays():
     p = run_mpi(1, ROOT / "bench" / "collectives.py", "--algorithm", "p2p", "--device", "cuda", timeout=60)
     assert p.returncode != 0 and "host arrays only" in p.stderr
+
+
+def test_bench_symmetric_buffers_take_the_direct_path(tmp_path):
+    """--symmetric: every algorithm shares arrays from comm.alloc; all results right, and the
+    ring's checked call read its peers' buffers in place (its trace shows direct phases) on
+    every collective and size, while MPI and Gloo ran their own collectives on the same arrays.
+    COLLECTIVES_STAGE shows in the header and the records."""
+    out = tmp_path / "bench.json"
+    ops = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+    p = run_mpi(2, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "1M", "-f", "32", "-w", "1", "-n", "2",
+                "-r", "2", "--op", ",".join(ops), "--algorithm", "ring,mpi,gloo", "--symmetric",
+                "--json", str(out), timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "# buffers: symmetric (comm.alloc on ring's communicator" in p.stdout
+    assert "# COLLECTIVES_STAGE= (unset" in p.stdout
+    recs = json.loads(out.read_text())
+    assert {(r["op"], r["algorithm"]) for r in recs} == {(op, a) for op in ops for a in ("ring", "mpi", "gloo")}
+    assert sorted({r["bytes"] for r in recs}) == [1024, 32768, 1048576]  # one-phase and two-phase all-reduce
+    for r in recs:
+        assert r["wrong"] == 0 and r["buffers"] == "symmetric" and r["stage"] is False, r
+        assert r.get("path") == {"ring": "direct", "mpi": "mpi"}.get(r["algorithm"]), r
+    assert "# ring path (symmetric buffers): direct reads in 12 of 12 cases" in p.stdout
+    assert "# out of bounds values : 0 OK" in p.stdout
+    # staging on, one rank: the header and the records say so
+    cmd = mpirun_cmd(1) + [sys.executable, str(ROOT / "bench" / "collectives.py"), "-b", "1K", "-e", "1K",
+                           "-w", "0", "-n", "1", "-r", "1", "--op", "all_reduce", "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(mpi_env(), COLLECTIVES_STAGE="1"),
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "# COLLECTIVES_STAGE=1: ordinary host arrays staged" in p.stdout
+    assert all(r["stage"] is True and r["buffers"] == "numpy" for r in json.loads(out.read_text()))
+    # refused before any rank starts
+    for bad, why in ((["--symmetric", "--device", "cuda"], "use --device cpu"),
+                     (["--symmetric", "--algorithm", "gloo"], "add ring or mpi")):
+        p = run_mpi(1, ROOT / "bench" / "collectives.py", *bad, timeout=60)
+        assert p.returncode != 0 and why in p.stderr, p.stderr

@@ -153,3 +153,100 @@ def test_reference_is_numpy():
     run = explain.run("reduce_scatter", 3, 7)
     assert [o.tolist() for o in run.outputs] == [[111.0] * 3, [111.0] * 2, [111.0] * 2]
     assert np.array_equal(explain.reference(run)[0], run.outputs[0])
+
+
+# ------------------------------------------------------------------ the direct path
+def direct_read_bytes(op: str, n: int, count: int, counts, itemsize: int, root: int) -> list[int]:
+    """Bytes each rank reads from its peers, worked out here (independent of volumes.py):
+    a peer's segment per peer for a reduce-scatter, every other piece for an all-gather,
+    both for an all-reduce (64-byte aligned segments; whole inputs up to 32 KiB)."""
+    if n == 1:
+        return [0]
+    if op == "all_reduce":
+        if count * itemsize <= 32 * 1024:
+            return [(n - 1) * count * itemsize] * n
+        counts = split_counts(count, n, 64 // itemsize)
+    seg = [c * itemsize for c in (counts or split_counts(count, n))]
+    b = sum(seg)
+    return [{"reduce_scatter": (n - 1) * seg[r], "all_gather": b - seg[r], "all_reduce": (n - 1) * seg[r] + b - seg[r],
+             "broadcast": 0 if r == root else count * itemsize}[op] for r in range(n)]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+@pytest.mark.parametrize("op", OPS)
+def test_direct_reads_match_formulas(op, world):
+    """The real direct code on a stand-in heap: each rank's reads (from its trace) equal the
+    formula, nothing is sent, results equal numpy; uneven pieces; the two-phase all-reduce."""
+    from collectives.explain_direct import direct_checks, run_direct
+    cases = [(c, None) for c in (0, 1, 16, 9000)]
+    if op in ("reduce_scatter", "all_gather"):
+        cases += [(0, [c % 4 for c in range(2, world + 2)])]
+    for count, counts in cases:
+        root = count % world
+        d = run_direct(op, world, count, root=root, counts=counts)
+        got = d.tracer.totals()
+        want = direct_read_bytes(op, world, count if counts is None else sum(counts), counts, 4, root)
+        assert [got.get(r, {}).get("recv", 0) for r in range(world)] == want, (count, counts)
+        assert all(g["sent"] == 0 for g in got.values())
+        phases = {e["phase"] for e in d.tracer.data_events()}
+        assert all(p.startswith("direct") for p in phases)
+        if op == "all_reduce" and count == 9000 and world > 1:
+            assert phases == {"direct reduce-scatter", "direct all-gather"}
+        bad = [c for c in direct_checks(d) if not c.ok]
+        assert not bad, bad
+
+
+def test_direct_checks_catch_a_wrong_total_and_a_send():
+    from collectives.explain_direct import direct_checks, run_direct
+    d = run_direct("reduce_scatter", 3, 9)
+    d.tracer.events.append({"action": "recv", "rank": 0, "label": "reduce_scatter #0", "phase": "direct reduce-scatter",
+                            "step": 0, "peer": 1, "seg": 0, "nbytes": 4, "t0": 0, "t": 0})
+    d.tracer.events.append({"action": "send", "rank": 2, "label": "reduce_scatter #0", "phase": "reduce-scatter",
+                            "step": 0, "peer": 0, "seg": 0, "nbytes": 4, "t0": 0, "t": 0})
+    bad = {c.name for c in direct_checks(d) if not c.ok}
+    assert bad == {"rank 0 bytes", "rank 1 bytes", "no sends", "phases"}, bad  # the send is in a ring phase
+
+
+def test_cli_direct():
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "reduce_scatter", "--ranks", "3", "--counts",
+                        "2,0,3", "--algorithm", "direct"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "phase 1/1: direct reduce-scatter" in p.stdout
+    assert "rank 2 reads from rank 0: seg 2 [2:5) of its input, 12 B" in p.stdout
+    assert "rank 0: read     16 B from peers (formula (N-1) s0 = 16); peers read B - s0 = 12 B" in p.stdout
+    assert "  rank 2: [111 x3]" in p.stdout  # its segment summed over ranks 0, 1, 2
+    assert "FAIL" not in p.stdout and p.stdout.count("[ok]") == 3 + 3
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--count", "9000",
+                        "--algorithm", "direct"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0 and "phase 2/2: direct all-gather" in p.stdout and "FAIL" not in p.stdout, p.stderr
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--algorithm", "direct", "--chunk",
+                        "2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 2 and "ring only" in p.stderr
+
+
+def test_svg_draws_direct_reads(tmp_path):
+    """One panel for the inputs and one per phase; an arrow per read, from the owner of the
+    buffer to the reader; after the last phase every cell holds every rank's data."""
+    from collectives.explain_direct import run_direct
+    from collectives.svg import draw
+    path = tmp_path / "direct.svg"
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--ranks", "4", "--count", "9000",
+                        "--algorithm", "direct", "--svg", str(path)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    root = ET.parse(path).getroot()
+    panels = [g for g in root.iter(SVG + "g") if g.get("class") == "panel"]
+    assert len(panels) == 1 + 2
+    for panel in panels[1:]:
+        reads = [e for e in panel.iter(SVG + "line") if e.get("class") == "read"]
+        assert sorted((int(e.get("data-src")), int(e.get("data-dst"))) for e in reads) == \
+            [(q, r) for q in range(4) for r in range(4) if q != r]
+    rs_cells = [c for c in panels[1].iter(SVG + "rect") if c.get("class") == "cell"]
+    assert [c.get("data-ranks") for c in rs_cells if c.get("data-ranks")] == ["0,1,2,3"] * 4  # own segment only
+    last = [c for c in panels[2].iter(SVG + "rect") if c.get("class") == "cell"]
+    assert len(last) == 16 and all(c.get("data-ranks") == "0,1,2,3" for c in last)
+    d = run_direct("all_gather", 3, 0, counts=[2, 1, 3])
+    draw(d, path)
+    reads = [e for e in ET.parse(path).getroot().iter(SVG + "line") if e.get("class") == "read"]
+    assert sorted((int(e.get("data-src")), int(e.get("data-dst")), int(e.get("data-bytes"))) for e in reads) == \
+        [(q, r, [8, 4, 12][q]) for q in range(3) for r in range(3) if q != r]

@@ -52,3 +52,26 @@ def test_zero_volume_from_the_factors():
     assert zero_volume(1000, 4, 3, 2, 4) == 0.75 * 1000 * (4 + 4)
     with pytest.raises(ValueError):
         zero_volume(1000, 4, 4, 2, 4)
+
+
+def test_direct_volumes_closed_forms_and_balance():
+    """Direct reads: even split, each rank reads what the ring would receive (all-reduce
+    2(N-1)/N B, reduce-scatter and all-gather (N-1)/N B); what ranks read equals what
+    their peers' buffers give, for uneven segments too; one phase reads (N-1) B."""
+    from collectives.volumes import direct_volumes
+    for n in (2, 3, 4, 8):
+        b = 4 * 8 * n
+        for op in ("all_reduce", "reduce_scatter", "all_gather"):
+            vols = direct_volumes(op, [8] * n, 4)
+            assert all(v.received == even_bytes_sent(op, b, n) for v in vols), (op, n)
+        assert all(v.received == v.sent == (n - 1) * b for v in direct_volumes("all_reduce", [8] * n, 4,
+                                                                              one_phase=True))
+    for op in OPS:
+        for counts in ([3, 0, 7], [1, 2, 3, 4], [0, 5]):
+            vols = direct_volumes(op, counts, 2, root=1)
+            assert sum(v.sent for v in vols) == sum(v.received for v in vols), (op, counts)
+    bc = direct_volumes("broadcast", [4, 4, 4], 4, root=2)
+    assert [(v.sent, v.received) for v in bc] == [(0, 48), (0, 48), (96, 0)]
+    assert direct_volumes("all_gather", [5], 4) == [(0, 0, "N = 1: nothing", "N = 1: nothing")]
+    with pytest.raises(ValueError):
+        direct_volumes("broadcast", [1, 1], 4, root=2)
