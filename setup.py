@@ -33,7 +33,7 @@ setup(
     name="ringzero",
     version="0.1.0",
     description="Ring collectives over MPI (CPU and CUDA) and a ZeRO sharding layer",
-    packages=["collectives", "collectives.kernels", "collectives.transport", "collectives.transport.device", "sharding"],
+    packages=["collectives", "collectives.kernels", "collectives.symmetric", "collectives.transport", "collectives.transport.device", "sharding"],
     cmdclass={"build_py": BuildPyWithCsrc},
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "mpi4py>=3.1", "ml-dtypes>=0.3"],
