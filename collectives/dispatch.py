@@ -128,7 +128,7 @@ class Dispatcher:
             return self._baseline.all_gather(x, out, counts)
         if out.nbytes <= self.small_bytes // 4:
             return small.all_gather(ctx, hdr, x, out, counts)
-        self._ring(ctx, hdr, ring.all_gather, x, out, counts)
+        self._ring(ctx, hdr, ring.all_gather, x, out, counts, in_place)
 
     def _run_broadcast(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, root: int):
         self._agree(ctx, hdr)
