@@ -22,6 +22,7 @@ from mpi4py import MPI
 
 from .dtypes import HALF, dtype_name
 from .kernels.numpy_kernels import NUMPY_KERNELS
+from .schedule import offsets
 
 _NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 _NATIVE_TYPES = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T, "int64": MPI.INT64_T}
@@ -67,7 +68,7 @@ class MpiAlgorithm:
 
     def all_gather(self, x, out, counts):
         spec = self._spec(out)
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
+        displs = offsets(counts)[:-1]
         own = _address(out) + displs[self.comm.Get_rank()] * out.itemsize
         send = MPI.IN_PLACE if x.size and _address(x) == own else self._spec(x)
         self.comm.Allgatherv(send, [spec[0], (list(counts), displs), spec[2]])
