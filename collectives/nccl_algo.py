@@ -109,7 +109,8 @@ class NcclAlgorithm:
                     self.nccl_comm.reduce(x.data.ptr + off * item, recv, c, dt, nop, root, s)
                 self._per_root(counts, reduce_to)
 
-    def all_gather(self, x, out, counts: list[int]) -> None:
+    def all_gather(self, x, out, counts: list[int], in_place: bool = False) -> None:
+        """``in_place`` (x is out's own segment) needs nothing here: NCCL sees it in the pointers."""
         self._check(x, out)
         dt, s, item = self._dtype(x), self._stream(), x.dtype.itemsize
         with self.cp.cuda.Device(self.device):
