@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from collectives.dtypes import bfloat16  # noqa: E402
 from collectives.kernels import launch  # noqa: E402
 from collectives.kernels import reference as R  # noqa: E402
+from sharding import optim_ref as O  # noqa: E402
 
 RESULTS: list = []
 
@@ -54,6 +55,7 @@ def bits(x) -> np.ndarray:
 def check_ftz():
     import cupy as cp
     from collectives.kernels.cuda_kernels import cuda_kernels
+    from sharding.optim_cuda import cuda_steps
     k = cuda_kernels()
     a = np.array([1e-40, -2e-39, 1.4e-45, 1e-39, 5e-39, 3.0] * 11, np.float32)
     b = np.array([2e-40, 1e-39, 1.4e-45, -1e-39, -1e-38, 1e-40] * 11, np.float32)
@@ -71,9 +73,9 @@ def check_ftz():
     p, g, m = a.copy(), b.copy(), a[::-1].copy()
     v = np.abs(b).astype(np.float32)
     hp = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=3)
-    want = R.adamw(p, g, m, v, **hp)
+    want = O.adamw(p, g, m, v, **hp)
     dp, dg, dm, dv = (cp.asarray(t) for t in (p, g, m, v))
-    k.adamw_step(dp, dg, dm, dv, **hp)
+    cuda_steps(k).adamw_step(dp, dg, dm, dv, **hp)
     if not all(np.array_equal(bits(got.get()), bits(w)) for got, w in zip((dp, dm, dv), want[:3])):
         bad.append("adamw f32")
     nonzero = int(np.count_nonzero(R.reduce("sum", a, b)[np.abs(R.reduce("sum", a, b)) < 1.2e-38]))

@@ -53,7 +53,9 @@ def main() -> int:
     import cupy as cp
 
     from collectives.kernels.cuda_kernels import cuda_kernels
+    from sharding.optim_cuda import cuda_steps
     k = cuda_kernels()
+    o = cuda_steps(k)  # the optimizer steps and casts, launched through k
     n = parse_size(args.bytes) // 4
     a, b, out = (cp.ones(n, cp.float32) for _ in range(3))
     rows = []
@@ -67,13 +69,13 @@ def main() -> int:
     row("reduce_sum_f32", timed(cp, lambda: k.reduce("sum", a, b, out), args.iters),
         launch.bytes_moved("reduce", n, 4))
     low = cp.empty(n, bfloat16)
-    row("cast_f32_bf16", timed(cp, lambda: k.cast(low, a), args.iters),
+    row("cast_f32_bf16", timed(cp, lambda: o.cast(low, a), args.iters),
         launch.bytes_moved("cast", n, 2, src_itemsize=4))
-    row("cast_bf16_f32", timed(cp, lambda: k.cast(out, low), args.iters),
+    row("cast_bf16_f32", timed(cp, lambda: o.cast(out, low), args.iters),
         launch.bytes_moved("cast", n, 4, src_itemsize=2))
     p, g, m, v = a, b, out, cp.ones(n, cp.float32)
     hp = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=1)
-    row("adamw_f32", timed(cp, lambda: k.adamw_step(p, g, m, v, **hp), args.iters),
+    row("adamw_f32", timed(cp, lambda: o.adamw_step(p, g, m, v, **hp), args.iters),
         launch.bytes_moved("adamw", n))
     copy_bw = rows[0]["gbps"]
     ok = True

@@ -9,12 +9,14 @@ kernel_source, includes inlined), is compiled by g++ with a small shim
 types, IEEE intrinsics, -ffp-contract=off) into a shared library, and every
 thread of every launch runs, one after another.
 
-The launches come from cuda_kernels.CudaKernels itself, driven through a
+The launches come from cuda_kernels.CudaKernels itself (and, for optim.cu
+and the casts, sharding/optim_cuda.py through it), driven through a
 stand-in for cupy whose NVRTC is g++ and whose device memory is host memory:
 so the grid, block and head/vector/tail split are what launch.py computes,
-the arguments are what cuda_kernels.py passes (checked against each kernel's
-parameter sizes), and the output is compared bit for bit with
-collectives/kernels/reference.py (NaN positions for NaN results). Inputs:
+the arguments are what cuda_kernels.py and optim_cuda.py pass (checked
+against each kernel's parameter sizes), and the output is compared bit for
+bit with collectives/kernels/reference.py (reduce, scale) and
+sharding/optim_ref.py (casts, optimizer steps), NaN positions for NaN results. Inputs:
 buffers at element offsets 0..7 (unaligned, phases that disagree), counts
 with head and tail remainders, subnormals, NaN, +-Inf, -0, integer extremes,
 bf16/f16 rounding ties, every 16-bit pattern for the widening casts; each
@@ -50,6 +52,8 @@ from collectives.dtypes import DTYPES, HALF, bfloat16  # noqa: E402
 from collectives.kernels import cuda_kernels as CK  # noqa: E402
 from collectives.kernels import launch  # noqa: E402
 from collectives.kernels import reference as R  # noqa: E402
+from sharding import optim_ref as O  # noqa: E402
+from sharding.optim_cuda import cuda_steps  # noqa: E402
 
 SHIM = Path(__file__).resolve().with_suffix(".h")
 CXX = os.environ.get("CXX", "g++")
@@ -394,13 +398,13 @@ def run_cast(r: Runner) -> None:
         for off_s, off_d in ((0, 0), (1, 1), (2, 1), (3, 3), (0, 3)):
             def one_down(k, off_s=off_s, off_d=off_d):
                 low = HostArray(np.zeros(x.size, dt), off_d)
-                k.cast(low, HostArray(x, off_s))
-                return same(low.get(), R.cast(x, dt))
+                cuda_steps(k).cast(low, HostArray(x, off_s))
+                return same(low.get(), O.cast(x, dt))
 
             def one_up(k, off_s=off_s, off_d=off_d):
                 wide = HostArray(np.zeros(every.size, np.float32), off_d)
-                k.cast(wide, HostArray(every, off_s))
-                return same(wide.get(), R.cast(every, np.float32))
+                cuda_steps(k).cast(wide, HostArray(every, off_s))
+                return same(wide.get(), O.cast(every, np.float32))
             r.case(down, f"offsets={off_s},{off_d}", one_down)
             r.case(up, f"all 65536 patterns, offsets={off_s},{off_d}", one_up)
 
@@ -426,12 +430,12 @@ def run_adamw(r: Runner) -> None:
         for n in (5, 1003):
             p, g, m, v = _optim_inputs(n, n)
             for i, hp in enumerate(hps):
-                want = R.adamw(p, g, m, v, **hp, lowp_dtype=ldt)
+                want = O.adamw(p, g, m, v, **hp, lowp_dtype=ldt)
                 for off, off_g in ((0, 0), (1, 1), (2, 2), (0, 1), (3, 0)):  # grad at its own phase too
                     def one(k, hp=hp, want=want, off=off, off_g=off_g):
                         bufs = [HostArray(t, o) for t, o in ((p, off), (g, off_g), (m, off), (v, off))]
                         low = None if ldt is None else HostArray(np.zeros(n, ldt), off)
-                        k.adamw_step(*bufs, **hp, out_lowp=low)
+                        cuda_steps(k).adamw_step(*bufs, **hp, out_lowp=low)
                         for got, w in zip((bufs[0], bufs[2], bufs[3]), want[:3]):
                             why = same(got.get(), w)
                             if why:
@@ -453,13 +457,13 @@ def run_sgd(r: Runner) -> None:
             p, g, b, _ = _optim_inputs(n, 50 + n)
             for i, hp in enumerate(hps):
                 mom = hp["momentum"] != 0
-                want = R.sgd(p, g, b if mom else None, **hp, lowp_dtype=ldt)
+                want = O.sgd(p, g, b if mom else None, **hp, lowp_dtype=ldt)
                 for off, off_g in ((0, 0), (3, 3), (0, 2)):
                     def one(k, hp=hp, want=want, off=off, off_g=off_g, mom=mom):
                         dp, dg = HostArray(p, off), HostArray(g, off_g)
                         db = HostArray(b, off) if mom else None
                         low = None if ldt is None else HostArray(np.zeros(n, ldt), off)
-                        k.sgd_step(dp, dg, db, **hp, out_lowp=low)
+                        cuda_steps(k).sgd_step(dp, dg, db, **hp, out_lowp=low)
                         why = same(dp.get(), want[0])
                         if why is None and mom:
                             why = same(db.get(), want[1])

@@ -125,10 +125,10 @@ class Dispatcher:
         x, out = xa.flat, oa.flat
         if self._baseline is not None:
             self._agree(ctx, hdr)
-            return self._baseline.all_gather(x, out, counts)
+            return self._baseline.all_gather(x, out, counts, in_place)
         if out.nbytes <= self.small_bytes // 4:
             return small.all_gather(ctx, hdr, x, out, counts)
-        self._ring(ctx, hdr, ring.all_gather, x, out, counts)
+        self._ring(ctx, hdr, ring.all_gather, x, out, counts, in_place)
 
     def _run_broadcast(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, root: int):
         self._agree(ctx, hdr)

@@ -5,11 +5,11 @@ MPI has no bfloat16 or (in Open MPI) float16 reductions, so half types use a
 the ring's kernels do. avg arrives here as sum: dispatch.py pre-scales
 floats and divides integers afterwards, for every algorithm alike.
 
-In place is told by addresses, not by object identity (the caller's arrays
-arrive as fresh flat views): an all-reduce whose x starts where out does, or
-an all-gather whose x is its own segment of out, sends MPI.IN_PLACE (MPI
-forbids overlapping send and receive buffers). Any other overlap was refused
-before the call (arrays.check_overlap).
+In place is the one aliasing rule's verdict (arrays.check_overlap, before
+the call; any other overlap was refused there): dispatch passes an in-place
+all-reduce's x as out itself, and an all-gather's ``in_place`` when x is its
+own segment of out. Those send MPI.IN_PLACE (MPI forbids overlapping send
+and receive buffers).
 
 These are MPI's blocking collectives (the ones users benchmark against); a
 blocking MPI call cannot be cancelled, so only the header agreement before
@@ -22,13 +22,10 @@ from mpi4py import MPI
 
 from .dtypes import HALF, dtype_name
 from .kernels.numpy_kernels import NUMPY_KERNELS
+from .schedule import offsets
 
 _NATIVE_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 _NATIVE_TYPES = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T, "int64": MPI.INT64_T}
-
-
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
 
 
 class MpiAlgorithm:
@@ -58,18 +55,17 @@ class MpiAlgorithm:
         return self._half_ops[key]
 
     def all_reduce(self, x, out, op):
-        send = MPI.IN_PLACE if out is x or (x.size and _address(x) == _address(out)) else self._spec(x)
+        send = MPI.IN_PLACE if out is x else self._spec(x)
         self.comm.Allreduce(send, self._spec(out), op=self._op(op, x.dtype))
 
     def reduce_scatter(self, x, out, counts, op):
         self.comm.Reduce_scatter(self._spec(x), self._spec(out), recvcounts=counts,
                                  op=self._op(op, x.dtype))
 
-    def all_gather(self, x, out, counts):
+    def all_gather(self, x, out, counts, in_place: bool = False):
         spec = self._spec(out)
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
-        own = _address(out) + displs[self.comm.Get_rank()] * out.itemsize
-        send = MPI.IN_PLACE if x.size and _address(x) == own else self._spec(x)
+        displs = offsets(counts)[:-1]
+        send = MPI.IN_PLACE if in_place else self._spec(x)
         self.comm.Allgatherv(send, [spec[0], (list(counts), displs), spec[2]])
 
     def broadcast(self, buf, root):

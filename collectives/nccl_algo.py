@@ -3,9 +3,9 @@
 One NCCL communicator per Communicator, built at construction (the unique
 id travels over MPI from rank 0), on each rank's current device. Every call
 goes on the device's default stream, the one the CUDA kernel set and the
-device transport use, so results are ordered like the ring's. avg is sum
-then the CUDA kernel set's scale (ncclAvg would round differently from the
-ring). Uneven counts, which ncclReduceScatter / ncclAllGather cannot take,
+device transport use, so results are ordered like the ring's. avg arrives
+here as sum: dispatch.py pre-scales floats and divides integers afterwards,
+for every algorithm alike (ncclAvg would round differently). Uneven counts, which ncclReduceScatter / ncclAllGather cannot take,
 become a group of per-rank ncclReduce / ncclBroadcast calls.
 
 NCCL refuses two ranks on one GPU; that case fails here, on every rank,
@@ -77,7 +77,7 @@ class NcclAlgorithm:
         return code
 
     def _op(self, op: str) -> int:
-        return getattr(self.nccl, _OPS["sum" if op == "avg" else op])
+        return getattr(self.nccl, _OPS[op])
 
     def _check(self, *arrays) -> None:
         for a in arrays:
@@ -87,11 +87,6 @@ class NcclAlgorithm:
     def _stream(self) -> int:
         return self.cp.cuda.Stream.null.ptr
 
-    def _avg(self, out, op) -> None:
-        if op == "avg":
-            from .kernels.cuda_kernels import cuda_kernels
-            cuda_kernels(self.device).scale(out, self.size)
-
     # --------------------------------------------------------- collectives
     def all_reduce(self, x, out, op: str) -> None:
         self._check(x, out)
@@ -99,7 +94,6 @@ class NcclAlgorithm:
             if x.size:
                 self.nccl_comm.allReduce(x.data.ptr, out.data.ptr, x.size, self._dtype(x), self._op(op),
                                          self._stream())
-            self._avg(out, op)
 
     def reduce_scatter(self, x, out, counts: list[int], op: str) -> None:
         self._check(x, out)
@@ -114,9 +108,9 @@ class NcclAlgorithm:
                     recv = out.data.ptr if root == self.rank else x.data.ptr + off * item
                     self.nccl_comm.reduce(x.data.ptr + off * item, recv, c, dt, nop, root, s)
                 self._per_root(counts, reduce_to)
-            self._avg(out, op)
 
-    def all_gather(self, x, out, counts: list[int]) -> None:
+    def all_gather(self, x, out, counts: list[int], in_place: bool = False) -> None:
+        """``in_place`` (x is out's own segment) needs nothing here: NCCL sees it in the pointers."""
         self._check(x, out)
         dt, s, item = self._dtype(x), self._stream(), x.dtype.itemsize
         with self.cp.cuda.Device(self.device):

@@ -48,13 +48,6 @@ TAG_DATA = 21
 TAG_GATHER = 23  # all-reduce's all-gather half: its first chunks leave during the reduce-scatter
 
 
-def _same_memory(a, b) -> bool:
-    """True when ``a`` is ``b``'s memory (all_gather with x already in place in out)."""
-    if isinstance(a, np.ndarray):
-        return np.shares_memory(a, b)
-    return a.data.ptr == b.data.ptr  # cupy
-
-
 def _seg(offs: list[int], s: int) -> slice:
     return slice(offs[s], offs[s + 1])
 
@@ -167,11 +160,15 @@ def reduce_scatter(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: s
     _reduce_phase(ctx, x, counts, op, dest)
 
 
-def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
-    """out <- every rank's ``x`` in rank order (x has counts[rank] elements)."""
+def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], in_place: bool = False) -> None:
+    """out <- every rank's ``x`` in rank order (x has counts[rank] elements).
+
+    ``in_place``: ``x`` is exactly this rank's own segment of ``out``, as
+    arrays.check_overlap (the one aliasing rule) found; otherwise they are apart.
+    """
     offs = offsets(counts)
     own = out[_seg(offs, ctx.rank)]
-    separate = own.size and not _same_memory(own, x)
+    separate = own.size and not in_place
     if ctx.size == 1:
         if separate:
             ctx.kernels.copy(own, x)

@@ -6,6 +6,9 @@
     tracer.totals()                            # {rank: {"sent": B, "recv": B}}
     tracer.write_chrome("trace.json")          # trace.rank0.json, ... for Perfetto
 
+This module records and answers questions about the records; trace_chrome.py
+turns them into Chrome trace files and reads those back.
+
 What arrives here. The Communicator calls ``begin(label, rank=)`` and
 ``end(label, rank=)`` around each collective. Context's ``isend``, ``irecv``,
 ``wait`` and ``reduce``, which every message and reduce goes through, call
@@ -35,7 +38,6 @@ one machine line up in one view.
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -43,6 +45,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from . import trace_chrome as chrome
+from .trace_chrome import chrome_totals, load_chrome, merge_chrome, rank_path
+
+__all__ = ["Tracer", "tracer_from_env", "rank_path", "load_chrome", "chrome_totals", "merge_chrome", "main"]
 
 ENV_VAR = "COLLECTIVES_TRACE"
 DATA_ACTIONS = ("send", "recv", "reduce")
@@ -138,37 +145,14 @@ class Tracer:
             return list(dict.fromkeys(c["label"] for c in self.collectives))
 
     # ------------------------------------------------------------ Chrome trace
-    def chrome_events(self, rank: int | None = None) -> list[dict]:
-        """Chrome trace events ("X" complete events, microseconds; pid = rank)."""
-        us = lambda t: round((t + self._epoch) * 1e6, 3)  # noqa: E731
+    def snapshot(self) -> tuple[list[dict], list[dict]]:
+        """Copies of (collectives, events) recorded so far, taken under the lock."""
         with self._lock:
-            colls, evs = list(self.collectives), list(self.events)
-        ranks = sorted({c["rank"] for c in colls} | {e["rank"] for e in evs if e["rank"] is not None})
-        if rank is not None:
-            ranks = [r for r in ranks if r == rank]
-        out = [{"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}}
-               for r in ranks]
-        sums = defaultdict(lambda: {"sent": 0, "recv": 0})
-        for e in evs:
-            if e["action"] in ("send", "recv"):
-                sums[(e["rank"], e["label"])]["sent" if e["action"] == "send" else "recv"] += int(e["nbytes"])
-        for c in colls:
-            if c["rank"] in ranks:
-                args = {"bytes_sent": sums[(c["rank"], c["label"])]["sent"],
-                        "bytes_recv": sums[(c["rank"], c["label"])]["recv"]}
-                out.append(_x(c["label"], "collective", c["rank"], c["t0"], c["t1"], args, us))
-        for e in evs:
-            if e["rank"] not in ranks:
-                continue
-            args = {k: v for k, v in e.items() if k not in ("action", "rank", "t", "t0", "t1", "data")}
-            args = {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
-                    for k, v in args.items()}
-            if e["action"] == "wait":
-                name = f"wait {e['what'].split(' ')[0]} {e['peer']} (step {e['step']}, chunk {e['chunk']})"
-                out.append(_x(name, "wait", e["rank"], e["t0"], e["t1"], args, us))
-            else:
-                out.append(_x(_event_name(e), e["action"], e["rank"], e["t0"], e["t"], args, us))
-        return out
+            return list(self.collectives), list(self.events)
+
+    def chrome_events(self, rank: int | None = None) -> list[dict]:
+        """Chrome trace events ("X" complete events, microseconds; pid = rank); see trace_chrome.py."""
+        return chrome.chrome_events(*self.snapshot(), self._epoch, rank)
 
     def write_chrome(self, path: str | os.PathLike, merged: bool | None = None) -> list[Path]:
         """Write the Chrome trace (Perfetto, chrome://tracing); return the files written.
@@ -179,75 +163,12 @@ class Tracer:
             before the suffix (``trace.rank0.json``). Default: ``self.merged``.
         """
         merged = self.merged if merged is None else merged
-        path = Path(path)
-        if merged:
-            files = {path: None}
-        else:
-            with self._lock:
-                ranks = sorted({c["rank"] for c in self.collectives} |
-                               {e["rank"] for e in self.events if e["rank"] is not None})
-            files = {rank_path(path, r): r for r in ranks}
-        for p, r in files.items():
-            doc = {"traceEvents": self.chrome_events(r), "displayTimeUnit": "ns",
-                   "otherData": {"producer": "ringzero collectives.trace"}}
-            tmp = p.with_name(p.name + ".tmp")
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, p)
-        return list(files)
+        return chrome.write_chrome(*self.snapshot(), self._epoch, path, merged)
 
     def close(self) -> None:
         """Write the trace to ``self.path`` (if set and anything was recorded)."""
         if self.path is not None and (self.collectives or self.events):
             self.write_chrome(self.path)
-
-
-def _x(name, cat, pid, t0, t1, args, us) -> dict:
-    # the duration from the raw seconds: absolute wall-clock microseconds keep
-    # only about a quarter of a microsecond of precision
-    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": 0,
-            "ts": us(t0), "dur": max(round((t1 - t0) * 1e6, 3), 0.0), "args": args}
-
-
-def _event_name(e: dict) -> str:
-    where = f"seg {e.get('seg')}"
-    if e.get("chunk") is not None:
-        where += f" chunk {e['chunk']}"
-    arrow = {"send": "->", "recv": "<-", "reduce": "from"}[e["action"]]
-    return f"{e['action']} {where} {arrow} {e.get('peer')} ({e['nbytes']} B, {e.get('phase', '')} step {e.get('step')})"
-
-
-def rank_path(path: str | os.PathLike, rank: int) -> Path:
-    """``trace.json`` -> ``trace.rank3.json`` (``trace`` -> ``trace.rank3``)."""
-    p = Path(path)
-    return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
-
-
-def load_chrome(paths) -> list[dict]:
-    """Every event of one or more Chrome trace files (as written by write_chrome)."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    out = []
-    for p in paths:
-        doc = json.loads(Path(p).read_text())
-        out.extend(doc["traceEvents"] if isinstance(doc, dict) else doc)
-    return out
-
-
-def chrome_totals(events: list[dict]) -> dict[int, dict[str, int]]:
-    """Bytes sent and received per rank (pid), summed from a Chrome trace's send/recv events."""
-    out: dict[int, dict[str, int]] = defaultdict(lambda: {"sent": 0, "recv": 0})
-    for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("send", "recv"):
-            out[e["pid"]]["sent" if e["cat"] == "send" else "recv"] += int(e["args"]["nbytes"])
-    return dict(out)
-
-
-def merge_chrome(paths, out: str | os.PathLike) -> Path:
-    """Merge per-rank files (``trace.rank*.json``) into one file for a single view."""
-    doc = {"traceEvents": load_chrome(paths), "displayTimeUnit": "ns",
-           "otherData": {"producer": "ringzero collectives.trace"}}
-    Path(out).write_text(json.dumps(doc))
-    return Path(out)
 
 
 _ENV_TRACERS: dict[str, Tracer] = {}

@@ -3,7 +3,7 @@
 // AdamW, in torch.optim.AdamW's order of operations, with torch's CPU kernel's
 // fused multiply-adds written out as fmaf and nothing else contracted (the
 // module is built with --fmad=false), so the result matches
-// collectives/kernels/numpy_optim.py (which reference.py runs) bit for bit:
+// sharding/optim_numpy.py (which sharding/optim_ref.py runs) bit for bit:
 //   g  = grad * grad_scale
 //   p  = p * (1 - lr*wd)                           decoupled weight decay
 //   m  = lerp(m, g, 1 - beta1)                     torch's lerp: fma(w, g-m, m) for w < 0.5, else fma(w-1, g-m, g)

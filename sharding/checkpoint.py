@@ -26,7 +26,7 @@ import numpy as np
 
 from .ckpt_files import (FORMAT_VERSION, TMP_PREFIX, CheckpointError, ShardReader, checkpoint_name, consolidate,
                          fresh_k, publish, read_meta, remove_leftovers, resolve, sha256_file, write_meta)
-from .optim import optimizer_from_hparams
+from .optim import optimizer_from_hparams, steps_for
 from .shard import ShardInfo
 
 __all__ = ["save", "load", "consolidate", "resolve", "CheckpointError", "SaveError"]
@@ -188,14 +188,14 @@ def load(opt, directory) -> None:
         raise ValueError(f"rank {opt.comm.rank}: cannot load {ckpt}: {error}") from error
     if failed:
         raise ValueError(f"rank {opt.comm.rank}: another rank could not load {ckpt} (see its error)")
-    xp, k = opt.xp, opt.k
+    xp = opt.xp
     opt.optimizer, opt.max_grad_norm = optimizer, meta.get("max_grad_norm")
     for uname, u in opt.units.items():
         u.master[...] = xp.asarray(loaded[uname]["master"])
         u.state = {n: xp.asarray(loaded[uname][n]) if n in loaded[uname] else xp.zeros_like(u.master)
                    for n in optimizer.state_names()}
         if u.pshard is not u.master:
-            k.cast(u.pshard, u.master)
+            steps_for(u.master).cast(u.pshard, u.master)
         if opt.policy.gather_after_step:
             opt.comm.all_gather(u.pshard, out=u.full)
         u.grad[...] = 0

@@ -251,7 +251,7 @@ class ZeroOptimizer:
         self.step_count += 1
         for u, g in zip(self.units.values(), grads):
             lowp = u.pshard if (self.param_dtype != F32 and u.pshard is not u.master) else None
-            self.optimizer.update(self.k, u.master, g, u.state, self.step_count, grad_scale=scale, out_lowp=lowp)
+            self.optimizer.update(u.master, g, u.state, self.step_count, grad_scale=scale, out_lowp=lowp)
             if lowp is None and u.pshard is not u.master:
                 self.k.copy(u.pshard, u.master)
         if self.policy.gather_after_step:

@@ -14,8 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from collectives.kernels import launch
+from collectives.kernels import NUMPY_KERNELS, launch
 from collectives.kernels.cuda_kernels import CudaKernels
+from sharding import optim, optim_numpy
+from sharding.optim_cuda import CudaOptimSteps, cuda_steps
 
 
 class FakeDeviceArray:
@@ -111,10 +113,21 @@ def test_kernels_compile_without_flush_to_zero_for_the_device_arch():
     assert ("load", b"CUBIN") in cp.calls
     assert k.compiled_with[(0, "reduce.cu")] == opts
     # optim.cu keeps its own options (no multiply-add contraction) on top
-    k.adamw_step(a, b, out, FakeDeviceArray(np.ones(1000, np.float32)), lr=1e-3, beta1=0.9,
-                 beta2=0.999, eps=1e-8, weight_decay=0.0, step=1)
+    cuda_steps(k).adamw_step(a, b, out, FakeDeviceArray(np.ones(1000, np.float32)), lr=1e-3, beta1=0.9,
+                             beta2=0.999, eps=1e-8, weight_decay=0.0, step=1)
     opts = [c[1] for c in cp.calls if c[0] == "compile"][1]
     assert "--fmad=false" in opts and "-ftz=false" in opts
+
+
+def test_sharding_picks_the_optimizer_steps_by_the_array_kind(monkeypatch):
+    k = CudaKernels(FakeCupy())
+    monkeypatch.setattr(optim, "kernels_for", lambda x: k)  # kernels_for(device array) needs cupy
+    assert optim.steps_for(np.zeros(3, np.float32)) is optim_numpy
+    steps = optim.steps_for(FakeDeviceArray(np.zeros(3, np.float32)))
+    assert isinstance(steps, CudaOptimSteps) and steps.kernels is k
+    assert optim.steps_for(FakeDeviceArray(np.zeros(3, np.float32))) is steps  # one per kernel set
+    # collectives' kernel sets compute reduce/copy/scale only; the optimizer math is sharding's
+    assert not any(hasattr(ks, f) for ks in (k, NUMPY_KERNELS) for f in ("adamw_step", "sgd_step", "cast"))
 
 
 def test_device_newer_than_nvrtc_gets_ptx_for_the_newest_arch_nvrtc_knows():

@@ -13,6 +13,9 @@ import pytest
 
 from collectives.dtypes import DTYPES, HALF, bfloat16
 from collectives.kernels import reference as R
+from sharding import optim_ref as O
+from sharding.optim import steps_for
+from sharding.optim_cuda import CudaOptimSteps
 
 
 def _cupy():
@@ -106,11 +109,13 @@ def test_cast(gpu):
     for dt in (bfloat16, np.float16):
         for off in (0, 1, 2):
             low = _dev(cp, np.zeros(x.size, dt), off)
-            k.cast(low, _dev(cp, x, off))
-            _same(low.get(), R.cast(x, dt))
+            steps = steps_for(low)
+            assert isinstance(steps, CudaOptimSteps)  # device arrays: the fused CUDA steps
+            steps.cast(low, _dev(cp, x, off))
+            _same(low.get(), O.cast(x, dt))
             back = _dev(cp, np.zeros(x.size, np.float32), 3)
-            k.cast(back, low)
-            _same(back.get(), R.cast(R.cast(x, dt), np.float32))
+            steps.cast(back, low)
+            _same(back.get(), O.cast(O.cast(x, dt), np.float32))
 
 
 @pytest.mark.parametrize("lowp", [None, bfloat16, np.float16])
@@ -122,11 +127,11 @@ def test_adamw_step(gpu, lowp):
     v = np.abs(rng.standard_normal(n)).astype(np.float32)
     p[:6], g[:6], m[:6] = 1e-39, [1e-40, -1e-41, 3e-39, 0, 1e-38, -2e-39], 2e-40  # subnormals survive
     hp = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=7, grad_scale=0.5)
-    want = R.adamw(p, g, m, v, **hp, lowp_dtype=lowp)
+    want = O.adamw(p, g, m, v, **hp, lowp_dtype=lowp)
     for off in (0, 1):
         dp, dg, dm, dv = (_dev(cp, a, off) for a in (p, g, m, v))
         low = None if lowp is None else _dev(cp, np.zeros(n, lowp), off)
-        k.adamw_step(dp, dg, dm, dv, **hp, out_lowp=low)
+        steps_for(dp).adamw_step(dp, dg, dm, dv, **hp, out_lowp=low)
         for got, w in zip((dp, dm, dv), want[:3]):
             _same(got.get(), w)
         if lowp is not None:
@@ -142,10 +147,10 @@ def test_sgd_step(gpu, momentum, nesterov, first):
     p, g, b = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
     hp = dict(lr=0.1, momentum=momentum, dampening=0.0, weight_decay=0.01, nesterov=nesterov,
               first_step=first, grad_scale=2.0)
-    want = R.sgd(p, g, b if momentum else None, **hp, lowp_dtype=bfloat16)
+    want = O.sgd(p, g, b if momentum else None, **hp, lowp_dtype=bfloat16)
     dp, dg, db = _dev(cp, p, 1), _dev(cp, g, 1), _dev(cp, b, 1)
     low = _dev(cp, np.zeros(n, bfloat16), 1)
-    k.sgd_step(dp, dg, db if momentum else None, **hp, out_lowp=low)
+    steps_for(dp).sgd_step(dp, dg, db if momentum else None, **hp, out_lowp=low)
     _same(dp.get(), want[0])
     _same(low.get(), want[2])
     if momentum:

@@ -2,7 +2,8 @@
 
 The host run compiles csrc/*.cu with g++ through bench/kernels_on_host.h and
 runs every extern "C" entry point, thread by thread, with the launches
-cuda_kernels.py makes, against collectives/kernels/reference.py, bit for bit.
+cuda_kernels.py (and sharding/optim_cuda.py) make, against collectives/kernels/reference.py
+and sharding/optim_ref.py, bit for bit.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The numpy references of the CUDA kernels (collectives/kernels/reference.py)
+"""The numpy references of the CUDA kernels (collectives/kernels/reference.py for
+reduce and scale, sharding/optim_ref.py for the casts and optimizer steps)
 against independent formulas: ml_dtypes and torch roundings, torch's
 elementwise ops, torch.optim.AdamW and torch.optim.SGD. The GPU tests then
 compare each CUDA kernel with these references."""
@@ -11,6 +12,8 @@ import pytest
 from collectives.dtypes import DTYPES, HALF, bfloat16
 from collectives.kernels import reference as R
 from collectives.kernels.numpy_kernels import NUMPY_KERNELS
+from sharding import optim_ref as O
+from sharding.optim import steps_for
 
 import torch  # noqa: E402  (pinned in requirements.txt: a missing torch must fail, not skip)
 
@@ -175,14 +178,14 @@ def test_scale_on_floats_divides_once(name):
 def test_cast_round_trip():
     x = _float32_sample(2)[:10000]
     for dt in (bfloat16, np.float16):
-        low = R.cast(x, dt)
+        low = O.cast(x, dt)
         assert low.dtype == dt
-        back = R.cast(low, np.float32)
+        back = O.cast(low, np.float32)
         fin = np.isfinite(back)
         assert np.array_equal(back[fin], low[fin].astype(np.float32))
-        assert np.array_equal(R.cast(back[fin], dt).view(np.uint16), low[fin].view(np.uint16))
+        assert np.array_equal(O.cast(back[fin], dt).view(np.uint16), low[fin].view(np.uint16))
     with pytest.raises(TypeError):
-        R.cast(np.zeros(3, np.float16), bfloat16)
+        O.cast(np.zeros(3, np.float16), bfloat16)
 
 
 # -------------------------------------------------------------- optimizers
@@ -203,7 +206,7 @@ def test_adamw_reference_matches_torch(wd, beta1):
     for step, g in enumerate(grads, start=1):
         tp.grad = torch.from_numpy(g.copy())
         opt.step()
-        p, m, v, _ = R.adamw(p, g, m, v, step=step, **hp)
+        p, m, v, _ = O.adamw(p, g, m, v, step=step, **hp)
         st = opt.state[tp]
         # torch's CPU lerp/addcmul use fused multiply-adds; the reference rounds
         # every op. Where m nearly cancels that shows as ~1e-8 absolute (g ~ 0.1).
@@ -217,15 +220,15 @@ def test_adamw_grad_scale_and_lowp_copy():
     p0, grads = _state()
     hp = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=3)
     m0, v0 = grads[1], np.abs(grads[2])
-    a = R.adamw(p0, grads[0], m0, v0, **hp)
-    b = R.adamw(p0, grads[0] * np.float32(1024), m0, v0, grad_scale=1 / 1024, **hp, lowp_dtype=bfloat16)
+    a = O.adamw(p0, grads[0], m0, v0, **hp)
+    b = O.adamw(p0, grads[0] * np.float32(1024), m0, v0, grad_scale=1 / 1024, **hp, lowp_dtype=bfloat16)
     for x, y in zip(a[:3], b[:3]):
         assert np.array_equal(x, y)  # scaling by a power of two is exact
     assert b[3].dtype == bfloat16 and np.array_equal(b[3], b[0].astype(bfloat16))
-    c = R.adamw(p0, grads[0], m0, v0, **hp, lowp_dtype=np.float16)
+    c = O.adamw(p0, grads[0], m0, v0, **hp, lowp_dtype=np.float16)
     assert np.array_equal(c[3], c[0].astype(np.float16))
     with pytest.raises(ValueError):
-        R.adamw(p0, grads[0], m0, v0, **{**hp, "step": 0})
+        O.adamw(p0, grads[0], m0, v0, **{**hp, "step": 0})
 
 
 @pytest.mark.parametrize("momentum,dampening,nesterov,wd", [
@@ -240,7 +243,7 @@ def test_sgd_reference_matches_torch(momentum, dampening, nesterov, wd):
     for i, g in enumerate(grads):
         tp.grad = torch.from_numpy(g.copy())
         opt.step()
-        p, buf, low = R.sgd(p, g, buf, lr=0.05, momentum=momentum, dampening=dampening, weight_decay=wd,
+        p, buf, low = O.sgd(p, g, buf, lr=0.05, momentum=momentum, dampening=dampening, weight_decay=wd,
                             nesterov=nesterov, first_step=i == 0, lowp_dtype=bfloat16)
         np.testing.assert_allclose(p, tp.detach().numpy(), rtol=1e-6, atol=1e-7)
         assert np.array_equal(low, p.astype(bfloat16))
@@ -250,15 +253,15 @@ def test_sgd_reference_matches_torch(momentum, dampening, nesterov, wd):
             assert buf is None
 
 
-def test_numpy_set_optimizers_agree_with_reference():
-    """The numpy set's fused steps (numpy_optim.py, torch's FMAs emulated) match the
-    per-op-rounded references the CUDA kernels follow, to float32 rounding."""
+def test_host_optimizer_steps_agree_with_reference():
+    """The steps sharding picks for host arrays (optim_numpy.py, torch's FMAs emulated)
+    match the references the CUDA kernels follow."""
     p0, grads = _state(seed=4)
     p, m, v = p0.copy(), grads[1].copy(), np.abs(grads[2])
     low = np.empty(p.size, bfloat16)
-    want = R.adamw(p, grads[0], m, v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+    want = O.adamw(p, grads[0], m, v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
                    step=2, lowp_dtype=bfloat16)
-    NUMPY_KERNELS.adamw_step(p, grads[0], m, v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
-                             weight_decay=0.01, step=2, out_lowp=low)
+    steps_for(p).adamw_step(p, grads[0], m, v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                            weight_decay=0.01, step=2, out_lowp=low)
     for got, w in zip((p, m, v), want[:3]):
         np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-9)

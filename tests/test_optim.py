@@ -1,10 +1,10 @@
-"""The numpy optimizer kernels against torch.optim, step by step.
+"""The numpy optimizer steps (sharding/optim_numpy.py) against torch.optim, step by step.
 
 SGD matches torch.optim.SGD bit for bit. AdamW matches bit for bit a torch
 replay of _single_tensor_adam whose only change is a correctly rounded sqrt;
 against torch.optim.AdamW itself it is within 1e-6 relative (or 1e-6 * lr absolute), because
 torch's vectorised CPU sqrt is off by one ulp on some elements (see
-collectives/kernels/numpy_optim.py).
+sharding/optim_numpy.py).
 """
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from collectives.kernels import kernels_for
-from collectives.kernels import numpy_optim as no
+from sharding import optim_numpy as no
+from sharding.optim import steps_for
 
 import torch  # noqa: E402  (pinned in requirements.txt: a missing torch must fail, not skip)
-K = kernels_for(np.empty(0, np.float32))
+K = steps_for(np.empty(0, np.float32))
 SIZES = [1, 7, 33, 1000, 4099]
 
 

@@ -31,7 +31,6 @@ import numpy as np
 
 from ..dtypes import dtype_name
 from . import is_device_array, launch
-from .reference import adamw_scalars, sgd_scalars
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 _DIVISOR_TYPE = {"float16": np.float32, "bfloat16": np.float32, "float32": np.float32,
@@ -173,6 +172,20 @@ class CudaKernels:
                                       stream=cp.cuda.Stream.null)
         self._used.add(dev)
 
+    def launch_kernel(self, name: str, n: int, arrays, args, tail=(), readonly=()) -> None:
+        """Launch csrc/ entry point ``name`` over n elements, compiled and loaded like this
+        set's own kernels: for kernel users outside collectives (sharding/optim_cuda.py).
+
+        Args:
+          name: an entry point of launch.kernel_names().
+          n: elements per buffer (0 launches nothing).
+          arrays: the flat device arrays whose alignment decides the vector split, on one device.
+          args: the kernel's leading arguments; n and the split follow them, then ``tail``.
+          tail: the kernel's trailing scalar arguments.
+          readonly: indices into ``arrays`` of inputs the kernel only reads.
+        """
+        self._launch(name, n, arrays, args, tail, readonly)
+
     @staticmethod
     def _same(what: str, first, *others) -> None:
         for o in others:
@@ -223,61 +236,6 @@ class CudaKernels:
         x = _flat(x, "x")
         d = _DIVISOR_TYPE[dtype_name(x.dtype)](divisor)
         self._launch(launch.scale_kernel(x.dtype), x.size, [x], (x,), (d,))
-
-    def cast(self, dst, src) -> None:
-        """dst = src converted (float32 to and from bfloat16/float16), round to nearest even."""
-        if dst.size != src.size:
-            raise ValueError(f"cast: {src.size} elements into {dst.size}")
-        if dst.dtype == src.dtype:
-            return self.copy(dst, src)
-        dst, src = _flat(dst, "dst"), _flat(src, "src")
-        self._launch(launch.cast_kernel(src.dtype, dst.dtype), src.size, [src, dst], (src, dst), readonly=(0,))
-
-    def adamw_step(self, param, grad, exp_avg, exp_avg_sq, *, lr, beta1, beta2, eps, weight_decay,
-                   step, grad_scale=1.0, out_lowp=None) -> None:
-        """One fused AdamW step in place on flat float32 arrays (see csrc/optim.cu)."""
-        bufs = [_flat(x, w) for x, w in ((param, "param"), (grad, "grad"), (exp_avg, "exp_avg"),
-                                          (exp_avg_sq, "exp_avg_sq"))]
-        if param.dtype != np.float32:
-            raise TypeError(f"adamw_step works on float32 shards, got {param.dtype}")
-        self._same("adamw_step", *bufs)
-        c = adamw_scalars(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
-                          step=step, grad_scale=grad_scale)
-        planned, low = self._lowp(bufs, out_lowp)
-        tail = tuple(c[k] for k in ("grad_scale", "decay", "w1", "one_minus_w1", "beta2", "c2",
-                                    "bc2_sqrt", "eps", "neg_step"))
-        name = launch.optim_kernel("adamw", None if out_lowp is None else out_lowp.dtype)
-        self._launch(name, bufs[0].size, planned, (*bufs, low), tail, readonly=(1,))  # grad
-
-    def sgd_step(self, param, grad, momentum_buf, *, lr, momentum, dampening, weight_decay, nesterov,
-                 first_step, grad_scale=1.0, out_lowp=None) -> None:
-        """One fused SGD (momentum, nesterov, weight decay) step in place (see csrc/optim.cu)."""
-        p, g = _flat(param, "param"), _flat(grad, "grad")
-        if p.dtype != np.float32:
-            raise TypeError(f"sgd_step works on float32 shards, got {p.dtype}")
-        c = sgd_scalars(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                        nesterov=nesterov, first_step=first_step, grad_scale=grad_scale)
-        bufs = [p, g]
-        if c["has_momentum"]:
-            if momentum_buf is None:
-                raise ValueError("sgd_step: momentum != 0 needs momentum_buf")
-            bufs.append(_flat(momentum_buf, "momentum_buf"))
-        self._same("sgd_step", *bufs)
-        planned, low = self._lowp(bufs, out_lowp)
-        buf = bufs[2] if c["has_momentum"] else p  # never touched without momentum
-        tail = tuple(c[k] for k in ("grad_scale", "wd", "momentum", "damp1", "neg_lr",
-                                    "has_wd", "has_momentum", "first_step", "nesterov"))
-        name = launch.optim_kernel("sgd", None if out_lowp is None else out_lowp.dtype)
-        self._launch(name, p.size, planned, (p, g, buf, low), tail, readonly=(1,))  # grad
-
-    @staticmethod
-    def _lowp(bufs, out_lowp):
-        if out_lowp is None:
-            return bufs, bufs[0]  # the no-copy kernels ignore this pointer
-        low = _flat(out_lowp, "out_lowp")
-        if low.size != bufs[0].size:
-            raise ValueError(f"out_lowp has {low.size} elements, the shard {bufs[0].size}")
-        return bufs + [low], low
 
     def synchronize(self) -> None:
         """Wait for every kernel and copy this set launched."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import HALF, dtype_name, to_dtype
-from . import numpy_optim
 
 _HALF_DTYPES = frozenset(to_dtype(name) for name in HALF)
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -60,26 +59,6 @@ class NumpyKernels:
 
     def synchronize(self) -> None:
         """Host kernels finish before they return."""
-
-    # ------------------------------------------ optimizer steps and casts
-    # Appended for sharding/: the math is stated in numpy_optim.py; the CUDA
-    # set implements the same signatures as fused kernels.
-    def adamw_step(self, param, grad, exp_avg, exp_avg_sq, *, lr, beta1, beta2, eps, weight_decay, step,
-                   grad_scale=1.0, out_lowp=None) -> None:
-        """torch.optim.AdamW's update, in place on flat float32 arrays (see numpy_optim.adamw_step)."""
-        numpy_optim.adamw_step(param, grad, exp_avg, exp_avg_sq, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-                               weight_decay=weight_decay, step=step, grad_scale=grad_scale, out_lowp=out_lowp)
-
-    def sgd_step(self, param, grad, momentum_buf, *, lr, momentum, dampening, weight_decay, nesterov,
-                 first_step, grad_scale=1.0, out_lowp=None) -> None:
-        """torch.optim.SGD's update, in place on flat float32 arrays (see numpy_optim.sgd_step)."""
-        numpy_optim.sgd_step(param, grad, momentum_buf, lr=lr, momentum=momentum, dampening=dampening,
-                             weight_decay=weight_decay, nesterov=nesterov, first_step=first_step,
-                             grad_scale=grad_scale, out_lowp=out_lowp)
-
-    def cast(self, dst, src) -> None:
-        """dst[...] = src converted, round to nearest even (float32 <-> bfloat16/float16)."""
-        numpy_optim.cast(dst, src)
 
 
 NUMPY_KERNELS = NumpyKernels()

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
-from ..schedule import split_counts
+from ..schedule import offsets, split_counts
 from .signals import DONE, INPUT, READY, REDUCED
 
 SMALL_BYTES = 32 * 1024  # all-reduces this small: one phase (every rank reduces all of it)
@@ -44,15 +44,7 @@ def _flat(a):
 
 def _ranges(counts):
     """One (offset, count) range per rank: the plain segments."""
-    return tuple(((o, c),) for o, c in zip(_offsets(counts), counts))
-
-
-def _offsets(counts):
-    offs, o = [], 0
-    for c in counts:
-        offs.append(o)
-        o += c
-    return offs
+    return tuple(((o, c),) for o, c in zip(offsets(counts), counts))
 
 
 class Direct:
@@ -210,7 +202,7 @@ class Direct:
     def _ar_plan(self, out, count, dt, dlocs, scratch):
         n, r = self.size, self.rank
         counts = split_counts(count, n, max(1, 64 // dt.itemsize))
-        offs = _offsets(counts)
+        offs = offsets(counts)
         seg = [slice(o, o + c) for o, c in zip(offs, counts)]
         # our own source first: in place, our destination segment is that source, and
         # the chunked reduction writes a chunk before it adds the later peers into it

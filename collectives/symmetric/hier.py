@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CollectiveError, MismatchError
-from ..schedule import split_counts
+from ..schedule import offsets, split_counts
 
 POISON_S = 2.0  # how long a rank that found a node mismatch waits to tell its rail (then raises anyway)
 
@@ -108,7 +108,7 @@ class Hierarchy:
         key = tuple(counts)
         r = self._plans.get(key)
         if r is None:
-            offs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
+            offs = offsets(counts)
             r = tuple(tuple((offs[j * self.k + l], counts[j * self.k + l]) for j in range(self.nodes))
                       for l in range(self.k))
             self._plans[key] = r

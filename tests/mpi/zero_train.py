@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from model import forward_backward, init_units, local_gather, make_data  # noqa: E402
 
 from collectives import Communicator  # noqa: E402
-from collectives.kernels import kernels_for  # noqa: E402
 from sharding import SGD, AdamW, ZeroOptimizer  # noqa: E402
 
 SIZES, BATCH = [6, 20, 13, 5], 24
@@ -26,7 +25,6 @@ NAMES = [f"layer{i}" for i in range(3)]
 X, Y = make_data(BATCH, 6, 5)
 OPTS = {"sgd": lambda: SGD(lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True),
         "adamw": lambda: AdamW(lr=1e-2, weight_decay=0.01)}
-K = kernels_for(np.empty(0, np.float32))
 
 
 def reference(opt_name, clip, steps):
@@ -42,7 +40,7 @@ def reference(opt_name, clip, steps):
         for u, d in w.items():
             for k, v in d.items():
                 p = v.reshape(-1)
-                o.update(K, p, grads[u][k].reshape(-1).astype(np.float32), state[u, k], step, grad_scale=scale)
+                o.update(p, grads[u][k].reshape(-1).astype(np.float32), state[u, k], step, grad_scale=scale)
     return w
 
 

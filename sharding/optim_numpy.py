@@ -1,5 +1,6 @@
-"""Optimizer steps and casts on flat host (numpy) arrays: the reference that the
-fused CUDA kernels are tested against.
+"""Optimizer steps and casts on flat host (numpy) arrays: what ZeRO runs on
+host shards, and the reference the fused CUDA kernels (optim_cuda.py) are
+tested against (through optim_ref.py).
 
 Every function works in place on 1-D float32 arrays and reproduces torch's
 single-tensor CPU path (torch.optim.AdamW / SGD with foreach=False,
