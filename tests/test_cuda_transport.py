@@ -303,3 +303,41 @@ def test_auto_setup_has_a_deadline_under_mpirun(mpi):
     assert "device transport setup" in line and "within 1 s" in line, line
     assert float(line.split("after ")[1].split(" s")[0]) < 5
     assert r.stdout.count(": done") == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_profile_accounts_for_every_message_phase(mode):
+    """DeviceTransport.profile: each message's phases are counted once (what
+    gpu_collectives.py --bench prints per collective on the GPU), results unchanged."""
+    from collectives.transport.device import Profile
+    n = 3000
+    phases = {"ipc": (("send.ready_wait", "send.ack_wait"), ("recv.ctrl_wait", "recv.pull_issue", "recv.copy_wait",
+                                                            "recv.ack_send")),
+              "staged": (("send.d2h_wait", "send.ack_wait"), ("recv.ctrl_wait", "recv.copy_wait")),
+              "cuda_aware": (("send.ready_wait", "send.ack_wait"), ("recv.free_wait", "recv.ctrl_wait"))}[mode]
+
+    def fn(comm):
+        comm.transport.profile = prof = Profile()
+        got = comm.all_reduce(np.arange(n, dtype=np.float32) * (comm.rank + 1))
+        comm.transport.profile = None
+        return got, prof.summary(), prof.line()
+
+    results, _ = _run(2, mode, fn, chunk_bytes=1024, small_bytes=64)
+    sends = []
+    for got, summary, line in results:
+        assert np.array_equal(got, np.arange(n, dtype=np.float32) * 3)
+        assert set(summary) == set(phases[0]) | set(phases[1]), line
+        nsend, nrecv = summary[phases[0][0]]["n"], summary[phases[1][0]]["n"]
+        assert nsend > 2 and all(summary[p]["n"] == nsend for p in phases[0]), line
+        assert all(summary[p]["n"] == nrecv for p in phases[1]), line
+        assert all(v["total_us"] >= 0 for v in summary.values())
+        sends.append((nsend, nrecv))
+    assert sends[0][0] == sends[1][1] and sends[1][0] == sends[0][1]  # every message seen at both ends
+
+
+def test_device_buffers_get_device_sized_chunks_unless_the_caller_chose():
+    from collectives.communicator import DEFAULT_CHUNK_BYTES
+    from collectives.transport.device import DEVICE_CHUNK_BYTES, device_chunk_bytes
+    assert DEVICE_CHUNK_BYTES >= 16 * DEFAULT_CHUNK_BYTES
+    assert device_chunk_bytes(DEFAULT_CHUNK_BYTES) == DEVICE_CHUNK_BYTES
+    assert device_chunk_bytes(256 * 1024) == 256 * 1024  # tests and benches that set it keep theirs

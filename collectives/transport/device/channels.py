@@ -25,6 +25,7 @@ class DeviceTransport:
         self.backend = backend if backend is not None else CupyBackend()
         self.rank, self.size = host.rank, host.size
         self.fault = None
+        self.profile = None  # a profile.Profile to see where each message's time goes (off: None)
         self.orphans = []  # operations cancelled after an error: kept, with their staging buffers, never reused
         self._send_cls, self._recv_cls = _OPS[mode]
         self._channels: dict = defaultdict(deque)

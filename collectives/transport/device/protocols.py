@@ -1,6 +1,8 @@
 """One send or receive of a device buffer, per mode: staged, CUDA-aware MPI, CUDA IPC."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ...errors import CollectiveError
@@ -21,6 +23,15 @@ class _Op:
         self.t, self.buf, self.peer, self.tag = t, buf, peer, tag
         self.nbytes = buf.nbytes
         self.reqs: list = []
+        self.prof = t.profile  # profile.Profile or None
+        self.since = time.perf_counter() if self.prof is not None else 0.0
+
+    def mark(self, what: str) -> None:
+        """With a profile: the time since the last mark (or the post) goes to phase ``what``."""
+        if self.prof is not None:
+            now = time.perf_counter()
+            self.prof.add(what, now - self.since)
+            self.since = now
 
     def cancel(self) -> None:
         self.t.host.cancel([r for r in self.reqs if r is not None])
@@ -35,9 +46,11 @@ class _StagedSend(_Op):
 
     def step(self):
         if not self.ordered and self.copied.done():
+            self.mark("send.d2h_wait")
             self.reqs.append(self.t.host.isend(self.host, self.peer, self.tag))
             self.ordered = True
         if self.ordered and self.t.host.test(self.reqs[0]):
+            self.mark("send.ack_wait")
             self.host, self.done = None, True
 
 
@@ -54,8 +67,10 @@ class _StagedRecv(_Op):
     def step(self):
         if self.landed is None:
             if self.t.host.test(self.reqs[0]):
+                self.mark("recv.ctrl_wait")
                 self.landed = self.t.backend.h2d(self.buf, self.host, self.free)
         elif self.landed.done():
+            self.mark("recv.copy_wait")
             self.host, self.done = None, True
 
 
@@ -68,9 +83,11 @@ class _DirectSend(_Op):
 
     def step(self):
         if not self.ordered and self.ready.done():
+            self.mark("send.ready_wait")
             self.reqs.append(self.t.host.isend(self.buf, self.peer, self.tag))
             self.ordered = True
         if self.ordered and self.t.host.test(self.reqs[0]):
+            self.mark("send.ack_wait")
             self.done = True
 
 
@@ -81,9 +98,11 @@ class _DirectRecv(_Op):
 
     def step(self):
         if not self.ordered and self.free.done():
+            self.mark("recv.free_wait")
             self.reqs.append(self.t.host.irecv(self.buf, self.peer, self.tag))
             self.ordered = True
         if self.ordered and self.t.host.test(self.reqs[0]):
+            self.mark("recv.ctrl_wait")
             self.done = True
 
 
@@ -105,6 +124,7 @@ class _IpcSend(_Op):
     def step(self):
         t = self.t
         if not self.ordered and self.ready.done():
+            self.mark("send.ready_wait")
             handle, offset, start = t.backend.export(self.buf) if self.nbytes else (b"", 0, 0)
             self.msg = _ctrl(self.nbytes, offset, handle, start)
             self.ack = np.zeros(1, np.int64)
@@ -112,6 +132,7 @@ class _IpcSend(_Op):
                           t.host.irecv(self.ack, self.peer, self.tag + ACK_TAG_OFFSET)]
             self.ordered = True
         if self.ordered and t.host.testall(self.reqs):
+            self.mark("send.ack_wait")
             self.done = True  # the receiver has copied; buf is ours again
 
 
@@ -129,6 +150,7 @@ class _IpcRecv(_Op):
         if self.copied is None:
             if not t.host.test(self.reqs[0]):
                 return
+            self.mark("recv.ctrl_wait")
             nbytes, offset = int(self.msg[0]), int(self.msg[1])
             if nbytes > self.nbytes:  # shorter is fine, as in MPI
                 raise CollectiveError(f"rank {t.rank}: message from rank {self.peer} (tag {self.tag}) has "
@@ -136,11 +158,14 @@ class _IpcRecv(_Op):
             handle = self.msg[4:].tobytes()
             owner = (self.peer, int(self.msg[2]))
             self.copied = t.backend.pull(self.buf, handle, offset, nbytes, owner) if nbytes else _Ready()
+            self.mark("recv.pull_issue")
         if self.acked is None and self.copied.done():
+            self.mark("recv.copy_wait")
             self.ack = np.ones(1, np.int64)
             self.acked = t.host.isend(self.ack, self.peer, self.tag + ACK_TAG_OFFSET)
             self.reqs.append(self.acked)
         if self.acked is not None and t.host.test(self.acked):
+            self.mark("recv.ack_send")
             self.done = True
 
 
