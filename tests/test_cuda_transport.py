@@ -50,12 +50,28 @@ class FakeBackend:
 
     def __init__(self, polls=2):
         self.polls = polls
-        self.counts = {"d2h": 0, "h2d": 0, "pull": 0, "export": 0}
+        self.counts = {"d2h": 0, "h2d": 0, "pull": 0, "export": 0, "signal": 0, "wait_signal": 0}
+        self._queued = []  # pulls not yet run: a signal (an event recorded after them) runs them
+        self.records = 0
+
+    def signal(self, buf):
+        """The stream runs what is queued on it (the pulls) before the event it records."""
+        self.counts["signal"] += 1
+        for ev in self._queued:
+            ev.left = 0
+            ev.done()
+        self._queued.clear()
+        return b"signal".ljust(64, b"\0")
+
+    def wait_signal(self, buf, handle):
+        assert handle == b"signal".ljust(64, b"\0"), handle
+        self.counts["wait_signal"] += 1
 
     def is_device(self, buf):
         return isinstance(buf, np.ndarray)
 
     def record(self, buf):
+        self.records += 1  # events the protocols will host-poll
         return _LazyEvent(self.polls)
 
     def pinned(self, nbytes):
@@ -80,7 +96,9 @@ class FakeBackend:
     def pull(self, dst, handle, offset, nbytes, owner=None):
         self.counts["pull"] += 1
         src = FakeBackend.registry[handle].reshape(-1).view(np.uint8)[offset:offset + nbytes].copy()
-        return _LazyEvent(self.polls, lambda: dst.view(np.uint8).__setitem__(slice(0, nbytes), src))
+        ev = _LazyEvent(self.polls, lambda: dst.view(np.uint8).__setitem__(slice(0, nbytes), src))
+        self._queued.append(ev)
+        return ev
 
 
 def _run(world, mode, fn, return_errors=False, **kw):
@@ -341,3 +359,53 @@ def test_device_buffers_get_device_sized_chunks_unless_the_caller_chose():
     assert DEVICE_CHUNK_BYTES >= 16 * DEFAULT_CHUNK_BYTES
     assert device_chunk_bytes(DEFAULT_CHUNK_BYTES) == DEVICE_CHUNK_BYTES
     assert device_chunk_bytes(256 * 1024) == 256 * 1024  # tests and benches that set it keep theirs
+
+
+def _ipc_all_reduce(world, waits, monkeypatch):
+    """An all-reduce and a broadcast over ipc with each rank's stream_waits setting (waits[r])."""
+    made = []
+    real = DeviceTransport.__init__
+
+    def init(self, host, mode, backend=None, stream_waits=None):
+        real(self, host, mode, backend, waits[host.rank])
+        made.append(self)
+    monkeypatch.setattr(DeviceTransport, "__init__", init)
+    n = 5000
+
+    def fn(comm):
+        x = (np.arange(n, dtype=np.float32) % 89) * (comm.rank + 1)
+        return comm.all_reduce(x), comm.broadcast(np.full(999, comm.rank, np.int64), root=0)
+
+    results, backends = _run(world, "ipc", fn, chunk_bytes=2048, small_bytes=64)
+    for ar, bc in results:
+        assert np.array_equal(ar, (np.arange(n, dtype=np.float32) % 89) * (world * (world + 1) // 2))
+        assert (bc == 0).all()
+    assert sorted(t.stream_waits for t in made) == sorted(waits)
+    return backends
+
+
+def test_ipc_stream_waits_replace_host_polls(monkeypatch):
+    """Run 1 on the H200: each device chunk cost ~220 us, with two host polls of GPU events
+    per message (the sender's producer, the receiver's copy). With stream waits the IPC path
+    records interprocess events and queues stream waits instead: no event is host-polled, and
+    every signal is waited on by the peer."""
+    backends = _ipc_all_reduce(3, [True, True, True], monkeypatch)
+    for b in backends:
+        assert b.records == 0, b.counts  # no host-polled event on the IPC path
+        assert b.counts["pull"] > 3 and b.counts["signal"] > 3
+    assert sum(b.counts["signal"] for b in backends) == sum(b.counts["wait_signal"] for b in backends)
+
+
+def test_ipc_without_stream_waits_and_mixed_ranks_stay_exact(monkeypatch):
+    backends = _ipc_all_reduce(2, [False, False], monkeypatch)
+    assert all(b.counts["signal"] == 0 and b.records > 0 for b in backends)
+    monkeypatch.undo()
+    _ipc_all_reduce(3, [True, False, True], monkeypatch)  # the messages carry who signalled
+
+
+def test_ipc_stream_waits_off_by_environment(monkeypatch):
+    monkeypatch.setenv("RINGZERO_IPC_STREAM_WAITS", "0")
+    assert not DeviceTransport(Fabric(1).transport(0), "ipc", backend=FakeBackend()).stream_waits
+    monkeypatch.delenv("RINGZERO_IPC_STREAM_WAITS")
+    assert DeviceTransport(Fabric(1).transport(0), "ipc", backend=FakeBackend()).stream_waits
+    assert not DeviceTransport(Fabric(1).transport(0), "staged", backend=FakeBackend()).stream_waits

@@ -2,8 +2,9 @@
 
     mpirun -n N python tests/mpi/gpu_collectives.py MODE [--bench] [--json PATH]
 
-MODE: ipc, staged, cuda_aware, auto, or all (ipc, staged, and cuda_aware when
-the MPI library says it takes device pointers). Ranks share the GPUs
+MODE: ipc, ipc-poll (IPC with host-polled events instead of stream waits, the
+first run's protocol), staged, cuda_aware, auto, or all (ipc, ipc-poll, staged,
+and cuda_aware when the MPI library says it takes device pointers). Ranks share the GPUs
 round-robin (several per GPU when N exceeds them). Inputs are integer-valued
 so any summation order is exact. Rank 0 prints one PASS/FAIL line per mode
 (and "rank r: OK mode=..." lines per rank, which tests/test_cuda_mpi.py counts).
@@ -189,13 +190,15 @@ modes = [args.mode]
 if args.mode == "all":
     aware = world.allreduce(int(cuda_aware_mpi()[0]), op=MPI.MIN)
     say(f"INFO ring: CUDA-aware MPI: {cuda_aware_mpi()[1]}")
-    modes = ["ipc", "staged"] + (["cuda_aware"] if aware else [])
+    modes = ["ipc", "ipc-poll", "staged"] + (["cuda_aware"] if aware else [])
 records, failed = [], False
 copy_bw = copy_gbps(64 << 20) if args.bench else None
 for mode in modes:
     ok, why = True, ""
     t0 = time.perf_counter()
-    dt = make_device_transport(MpiTransport(world), mode)
+    dt = make_device_transport(MpiTransport(world), mode.partition("-")[0])
+    if mode == "ipc-poll":  # the first run's IPC protocol: host polls of events, not stream waits
+        dt.stream_waits = False
     comm = Communicator(transport=dt, timeout=10, chunk_bytes=256 * 1024)  # several chunks at 1M elements
     try:
         check_all(comm)
@@ -211,6 +214,10 @@ for mode in modes:
     say(f"{'PASS' if all_ok else 'FAIL'} ring-{TAG}{mode}: every collective, 6 dtypes, counts 0..1M, {n} ranks "
         f"({time.perf_counter() - t0:.1f} s){'' if all_ok else f': rank {causes[0][1]}: {causes[0][2]}'}")
     failed |= not all_ok
+    if mode.startswith("ipc") and all_ok and n > 1:
+        st = dt.backend.stats
+        say(f"INFO ipc-signals ({mode}): rank 0 recorded {st['signals']} interprocess events and queued "
+            f"{st['signal_waits']} stream waits on its peers' (stream_waits={dt.stream_waits})")
     if mode == "ipc" and all_ok and n > 1:  # one IPC handle per allocation, not per message (backend caches)
         st = dt.backend.stats
         cached = 0 < st["handles_made"] < st["exports"] and st["mappings_opened"] < st["pulls"]

@@ -8,7 +8,8 @@ import numpy as np
 from ...errors import CollectiveError
 
 ACK_TAG_OFFSET = 16384  # acks travel on tag + this (MPI guarantees tags up to 32767)
-_CTRL_WORDS = 4 + 8  # nbytes, offset, 2 spare, 64-byte IPC handle
+_CTRL_WORDS = 4 + 8 + 8  # nbytes, offset, start, signalled, the buffer's 64-byte IPC handle, the sender's event's
+_ACK_WORDS = 1 + 8  # 1: copied (host-polled), 2: copy queued, then the receiver's event's 64-byte IPC handle
 
 
 class _Op:
@@ -106,34 +107,53 @@ class _DirectRecv(_Op):
             self.done = True
 
 
-def _ctrl(nbytes: int, offset: int, handle: bytes, start: int = 0) -> np.ndarray:
-    """The IPC control message: nbytes, offset, the allocation's start in the sender, a spare
-    word, the 64-byte handle."""
+def _words(handle: bytes) -> np.ndarray:
+    return np.frombuffer(handle.ljust(64, b"\0")[:64], np.int64)
+
+
+def _ctrl(nbytes: int, offset: int, handle: bytes, start: int = 0, signal: bytes | None = None) -> np.ndarray:
+    """The IPC control message: nbytes, offset, the allocation's start in the sender, 1 when
+    the sender signalled (its event's handle follows the buffer's), the 64-byte buffer handle,
+    the 64-byte event handle."""
     msg = np.zeros(_CTRL_WORDS, np.int64)
     msg[0], msg[1], msg[2] = nbytes, offset, np.uint64(start).astype(np.int64)
-    raw = np.frombuffer(handle.ljust(64, b"\0")[:64], np.int64)
-    msg[4:] = raw
+    msg[4:12] = _words(handle)
+    if signal is not None:
+        msg[3] = 1
+        msg[12:20] = _words(signal)
     return msg
 
 
 class _IpcSend(_Op):
+    """Stream waits (``t.stream_waits``, the default): the control message leaves at once with
+    an IPC event recorded after the buffer's producer; the receiver's stream waits on it, copies,
+    records its own and acks with that; our stream waits on it before anything later touches the
+    buffer. No host wait on the GPU. Without: the sender host-polls its producer's event before
+    the control message, and the receiver host-polls the copy before it acks."""
+
     def __init__(self, t, buf, peer, tag):
         super().__init__(t, buf, peer, tag)
-        self.ready = t.backend.record(buf)
+        if t.stream_waits:
+            self.signal = t.backend.signal(buf) if self.nbytes else None
+            self.ready = _Ready()
+        else:
+            self.signal, self.ready = None, t.backend.record(buf)
 
     def step(self):
         t = self.t
         if not self.ordered and self.ready.done():
             self.mark("send.ready_wait")
             handle, offset, start = t.backend.export(self.buf) if self.nbytes else (b"", 0, 0)
-            self.msg = _ctrl(self.nbytes, offset, handle, start)
-            self.ack = np.zeros(1, np.int64)
+            self.msg = _ctrl(self.nbytes, offset, handle, start, self.signal)
+            self.ack = np.zeros(_ACK_WORDS, np.int64)
             self.reqs += [t.host.isend(self.msg, self.peer, self.tag),
                           t.host.irecv(self.ack, self.peer, self.tag + ACK_TAG_OFFSET)]
             self.ordered = True
         if self.ordered and t.host.testall(self.reqs):
+            if self.ack[0] == 2:  # the copy is queued in the receiver: order our later work after it
+                t.backend.wait_signal(self.buf, self.ack[1:].tobytes())
             self.mark("send.ack_wait")
-            self.done = True  # the receiver has copied; buf is ours again
+            self.done = True  # buf is ours again (on our stream, after the receiver's copy)
 
 
 class _IpcRecv(_Op):
@@ -155,13 +175,21 @@ class _IpcRecv(_Op):
             if nbytes > self.nbytes:  # shorter is fine, as in MPI
                 raise CollectiveError(f"rank {t.rank}: message from rank {self.peer} (tag {self.tag}) has "
                                       f"{nbytes} bytes, the receive has room for {self.nbytes}")
-            handle = self.msg[4:].tobytes()
+            handle = self.msg[4:12].tobytes()
             owner = (self.peer, int(self.msg[2]))
+            if self.msg[3] == 1 and nbytes:  # the sender's data is final once its event is: our stream waits
+                t.backend.wait_signal(self.buf, self.msg[12:20].tobytes())
             self.copied = t.backend.pull(self.buf, handle, offset, nbytes, owner) if nbytes else _Ready()
             self.mark("recv.pull_issue")
+            self.ack = np.zeros(_ACK_WORDS, np.int64)
+            if t.stream_waits and nbytes:  # ack now: the copy is queued; the sender's stream waits for it
+                self.ack[0] = 2
+                self.ack[1:] = _words(t.backend.signal(self.buf))
+                self.copied = _Ready()  # later work on our stream is ordered after the copy
         if self.acked is None and self.copied.done():
             self.mark("recv.copy_wait")
-            self.ack = np.ones(1, np.int64)
+            if self.ack[0] == 0:
+                self.ack[0] = 1
             self.acked = t.host.isend(self.ack, self.peer, self.tag + ACK_TAG_OFFSET)
             self.reqs.append(self.acked)
         if self.acked is not None and t.host.test(self.acked):
