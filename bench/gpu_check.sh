@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu_check.sh: the GPU path's first run on a lent GPU, as one command, in under 6 minutes.
+# bench/gpu_check.sh: the GPU path on a lent GPU, as one command, in under 6 minutes (runs 1 and 2).
 #
 #   bash bench/gpu_check.sh          (device tool: carry [".whl"], filled here by `make gpu-wheels`)
 #   bash bench/gpu_check.sh --only bandwidth,ring,mps   (the second run: facts and prereq always run,
@@ -18,10 +18,14 @@
 #   defects     25 s   review defects only a GPU shows: flush-to-zero, copy() from numpy 2 arrays,
 #                      occupancy vs grid, registers and local memory (spills) per kernel
 #   bandwidth   35 s   reduce / cast / fused AdamW GB/s vs a device-to-device copy in the same run
-#                      (pass: reduce >= 90 %, AdamW >= 80 % of the copy)
-#   ring        75 s   2 ranks on one GPU: every collective through IPC, staged (and CUDA-aware MPI
-#                      when the library has it); then busbw of all-reduce, reduce-scatter and
-#                      all-gather of 64 MiB, 1 MiB and 16 MiB chunks, vs a copy (the roofline)
+#                      (pass: reduce >= 90 %, AdamW >= 80 % of the copy); reduce, casts and scale
+#                      again per RZ_UNROLL variant 1, 2, 4 (INFO variants-...: the fastest)
+#   ring        75 s   2 ranks on one GPU: every collective through IPC (stream waits), IPC with host
+#                      polls (ipc-poll, run 1's protocol), staged (and CUDA-aware MPI when the library
+#                      has it); then busbw of all-reduce, reduce-scatter and all-gather of 64 MiB at
+#                      the device default (16 MiB), 4 MiB and 512 KiB chunks vs a copy (the roofline),
+#                      with one profiled call each (INFO ring-MODE-profile: where a message's time
+#                      goes) and per-message probes (INFO ring-MODE-probe)
 #   torch       60 s   tests/mpi/torch_cuda_check.py under mpirun -n 2 (the ringzero torch backend on
 #                      CUDA tensors: every collective, torch's side stream, DDP and FSDP2)
 #   mps         60 s   the ring's IPC bench again under CUDA MPS, when nvidia-cuda-mps-control exists
@@ -32,7 +36,7 @@
 #
 # Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout
 # and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/gpu-DATE/:
-#   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json
+#   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json  ring-mps.json (mps step)
 # Exit status: 0 when every check passed, 1 when one failed, 2 when the GPU stack is missing.
 TOTAL_S=${TOTAL_S:-330}
 # (the timeouts are the numbers in the run_step lines below; prereq's waits are 15 s per
@@ -231,7 +235,7 @@ step_mps() {  # the IPC ring bench under CUDA MPS (kernels of both ranks share t
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
     if ! timeout 10 nvidia-cuda-mps-control -d; then echo "INFO mps: the MPS daemon did not start: not run"; return 0; fi
     RZ_RING_TAG=mps mpirun -n 2 -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x RZ_RING_TAG \
-        "$PY" tests/mpi/gpu_collectives.py ipc --bench --json "$RZ_GPU_CHECK_OUT/ring-mps.json"
+        "$PY" tests/mpi/gpu_collectives.py ipc,ipc-poll --bench --json "$RZ_GPU_CHECK_OUT/ring-mps.json"
     local s=$?
     echo quit | timeout 10 nvidia-cuda-mps-control
     tail -5 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null

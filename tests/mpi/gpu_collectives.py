@@ -4,7 +4,8 @@
 
 MODE: ipc, ipc-poll (IPC with host-polled events instead of stream waits, the
 first run's protocol), staged, cuda_aware, auto, or all (ipc, ipc-poll, staged,
-and cuda_aware when the MPI library says it takes device pointers). Ranks share the GPUs
+and cuda_aware when the MPI library says it takes device pointers), or a
+comma-separated list (ipc,ipc-poll). Ranks share the GPUs
 round-robin (several per GPU when N exceeds them). Inputs are integer-valued
 so any summation order is exact. Rank 0 prints one PASS/FAIL line per mode
 (and "rank r: OK mode=..." lines per rank, which tests/test_cuda_mpi.py counts).
@@ -186,7 +187,7 @@ def bench(comm, dt, mode, chunk, copy_bw, records):
             f"(GPU events around it {gpu_us:.0f} us): {prof.line()}")
 
 
-modes = [args.mode]
+modes = args.mode.split(",")  # one mode, or several: ipc,ipc-poll
 if args.mode == "all":
     aware = world.allreduce(int(cuda_aware_mpi()[0]), op=MPI.MIN)
     say(f"INFO ring: CUDA-aware MPI: {cuda_aware_mpi()[1]}")
