@@ -352,7 +352,7 @@ def run_reduce(r: Runner) -> None:
     for name in DTYPES:
         for op in launch.REDUCE_OPS:
             kernel = launch.reduce_kernel(op, DTYPES[name][0])
-            for n in (1, 7, 33, 1000, 4099):
+            for n in (1, 7, 33, 1000, 4099, 20011):  # 20011: a one-block grid goes round the unrolled loop 5x
                 a, b = operands(name, n, n)
                 want = R.reduce(op, a, b)
                 for oa, ob, oo in ((0, 0, 0), (1, 1, 1), (3, 0, 3), (0, 3, 3), (1, 2, 3), (5, 5, 2)):
@@ -370,7 +370,7 @@ def run_reduce(r: Runner) -> None:
 def run_scale(r: Runner) -> None:
     for name in DTYPES:
         kernel = launch.scale_kernel(DTYPES[name][0])
-        for n in (1, 9, 1001):
+        for n in (1, 9, 1001, 20011):
             a, _ = operands(name, n, 100 + n)
             for d in (1, 3, 4, 7):
                 for off in (0, 1, 3):
@@ -386,7 +386,7 @@ def run_cast(r: Runner) -> None:
     for dt in (bfloat16, np.float16):
         ta, tb = _ties(dt)
         x = np.concatenate([_f32_specials(), (ta + tb).astype(np.float32), -(ta + tb).astype(np.float32),
-                            (rng.standard_normal(3000) * 1e3).astype(np.float32),
+                            (rng.standard_normal(20000) * 1e3).astype(np.float32),
                             (rng.standard_normal(500) * 1e-39).astype(np.float32),
                             rng.integers(0, 2 ** 32, 500, dtype=np.uint64).astype(np.uint32).view(np.float32)])
         down = launch.cast_kernel(np.float32, dt)
