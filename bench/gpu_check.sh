@@ -2,8 +2,8 @@
 # bench/gpu_check.sh: the GPU path on a lent GPU, as one command, in under 6 minutes (runs 1 and 2).
 #
 #   bash bench/gpu_check.sh          (device tool: carry [".whl"], filled here by `make gpu-wheels`)
-#   bash bench/gpu_check.sh --only bandwidth,ring,mps   (the second run: facts and prereq always run,
-#                                    then only the steps named; about 90 s)
+#   bash bench/gpu_check.sh --only all,mps   (the second run: every step, then the mps step; ~90 s)
+#   bash bench/gpu_check.sh --only bandwidth,ring   (facts and prereq always run, then only those)
 #
 # It uses the machine's own python3 (no .venv, no registry). Steps, most valuable first; each runs
 # under its own timeout, inside a total cap of TOTAL_S seconds, and a failing step never stops the next:
@@ -49,8 +49,9 @@ case "${1:-}" in
     "") ;;
     *) echo "usage: bash bench/gpu_check.sh [--only STEP,STEP,...]" >&2; exit 2;;
 esac
-want() {  # want STEP: the step is in --only's list (every default step without --only; mps only when named)
-    if [ -z "$ONLY" ]; then [ "$1" != mps ]; else [[ "$ONLY" == *",$1,"* ]]; fi
+want() {  # want STEP: the step is in --only's list ("all": every default step); mps only when named
+    [[ "$ONLY" == *",$1,"* ]] && return 0
+    [ "$1" != mps ] && { [ -z "$ONLY" ] || [[ "$ONLY" == *",all,"* ]]; }
 }
 cd "$(dirname "$0")/.." || exit 2
 REPO=$PWD
