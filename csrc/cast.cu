@@ -54,7 +54,7 @@ __device__ __forceinline__ void cast_body(const S* src, D* dst, i64 n, i64 head,
 }
 
 #define RZ_CAST(SSUF, S, DSUF, D)                                                      \
-    extern "C" __global__ void __launch_bounds__(256)                                  \
+    extern "C" __global__ void __launch_bounds__(256, 4)                                \
     rz_cast_##SSUF##_##DSUF(const S* src, D* dst, i64 n, i64 head, i64 nvec, int loose) { \
         cast_body<S, D>(src, dst, n, head, nvec, loose);                               \
     }
@@ -96,7 +96,7 @@ __device__ __forceinline__ void scale_body(T* x, i64 n, i64 head, i64 nvec, type
 }
 
 #define RZ_SCALE(SUF, T)                                                                         \
-    extern "C" __global__ void __launch_bounds__(256)                                            \
+    extern "C" __global__ void __launch_bounds__(256, 4)                                          \
     rz_scale_##SUF(T* x, i64 n, i64 head, i64 nvec, int /*loose: x is written, never loose*/,   \
                    Acc<T>::type divisor) {                                                       \
         scale_body<T>(x, n, head, nvec, divisor);                                                \

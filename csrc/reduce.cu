@@ -57,7 +57,7 @@ __device__ __forceinline__ void reduce_body(const T* a, const T* b, T* out, i64 
 }
 
 #define RZ_REDUCE(OPNAME, OP, SUF, T)                                                         \
-    extern "C" __global__ void __launch_bounds__(256)                                         \
+    extern "C" __global__ void __launch_bounds__(256, 4)                                       \
     rz_reduce_##OPNAME##_##SUF(const T* a, const T* b, T* out, i64 n, i64 head, i64 nvec,    \
                                int loose) {                                                   \
         reduce_body<T, OP>(a, b, out, n, head, nvec, loose);                                  \

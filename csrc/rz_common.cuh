@@ -137,7 +137,8 @@ __device__ __forceinline__ void vstore(T* base, i64 i, const Vec<T, V>& v) {
 #ifndef RZ_UNROLL
 #define RZ_UNROLL 4
 #endif
-// 4 needs 57-64 registers in reduce.cu: 4 blocks of 256 per SM, MIN_BLOCKS_PER_SM in launch.py.
+// 4 needs 57-64 registers in reduce.cu: 4 blocks of 256 per SM, MIN_BLOCKS_PER_SM in launch.py;
+// reduce.cu and cast.cu declare __launch_bounds__(256, 4) so NVRTC keeps to 64 as nvcc does.
 static_assert(RZ_UNROLL == 1 || RZ_UNROLL == 2 || RZ_UNROLL == 4, "RZ_UNROLL: 1, 2 or 4");
 
 // Launch geometry shared by every kernel (see collectives/kernels/launch.py):
