@@ -137,8 +137,10 @@ def probes(dt, mode, records):
     def event_trip():
         ev = cp.cuda.Event(disable_timing=True)
         ev.record(cp.cuda.Stream.null)
+        deadline = time.monotonic() + 10
         while not ev.done:
-            pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {r}: an event on an idle GPU not done in 10 s")
     out = {}
     out["event_round_trip_us"] = median_us(event_trip)  # the peer idles in the barrier... then polls too
     peer = 1 - r if n == 2 else None
@@ -152,8 +154,10 @@ def probes(dt, mode, records):
                 first, second = (dt.isend, dt.irecv) if r == 0 else (dt.irecv, dt.isend)
                 for op, tag in ((first, 7), (second, 8)):
                     h = op(buf, peer, tag)
+                    deadline = time.monotonic() + 10
                     while not dt.test(h):
-                        pass
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"rank {r}: probe message tag {tag} with rank {peer} not done in 10 s")
             return one
         out["mpi_ctrl_pingpong_us"] = median_us(lambda: (world.Send(msg, peer, 5), world.Recv(msg, peer, 6))
                                                 if r == 0 else (world.Recv(msg, peer, 5), world.Send(msg, peer, 6)))
