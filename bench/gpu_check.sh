@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# bench/gpu_check.sh: the GPU path's first run on a lent GPU, as one command, in under 6 minutes.
+# bench/gpu_check.sh: the GPU path on a lent GPU, as one command, in under 6 minutes (runs 1 and 2).
 #
 #   bash bench/gpu_check.sh          (device tool: carry [".whl"], filled here by `make gpu-wheels`)
+#   bash bench/gpu_check.sh --only all,mps   (the second run: every step, then the mps step; ~90 s)
+#   bash bench/gpu_check.sh --only bandwidth,ring   (facts and prereq always run, then only those)
 #
 # It uses the machine's own python3 (no .venv, no registry). Steps, most valuable first; each runs
 # under its own timeout, inside a total cap of TOTAL_S seconds, and a failing step never stops the next:
@@ -16,23 +18,41 @@
 #   defects     25 s   review defects only a GPU shows: flush-to-zero, copy() from numpy 2 arrays,
 #                      occupancy vs grid, registers and local memory (spills) per kernel
 #   bandwidth   35 s   reduce / cast / fused AdamW GB/s vs a device-to-device copy in the same run
-#                      (pass: reduce >= 90 %, AdamW >= 80 % of the copy)
-#   ring        75 s   2 ranks on one GPU: every collective through IPC, staged (and CUDA-aware MPI
-#                      when the library has it); then busbw of all-reduce, reduce-scatter and
-#                      all-gather of 64 MiB, 1 MiB and 16 MiB chunks, vs a copy (the roofline)
+#                      (pass: reduce >= 90 %, AdamW >= 80 % of the copy); reduce, casts and scale
+#                      again per RZ_UNROLL variant 1, 2, 4 (INFO variants-...: the fastest)
+#   ring        75 s   2 ranks on one GPU: every collective through IPC (stream waits), IPC with host
+#                      polls (ipc-poll, run 1's protocol), staged (and CUDA-aware MPI when the library
+#                      has it); then busbw of all-reduce, reduce-scatter and all-gather of 64 MiB at
+#                      the device default (16 MiB), 4 MiB and 512 KiB chunks vs a copy (the roofline),
+#                      with one profiled call each (INFO ring-MODE-profile: where a message's time
+#                      goes) and per-message probes (INFO ring-MODE-probe)
 #   torch       60 s   tests/mpi/torch_cuda_check.py under mpirun -n 2 (the ringzero torch backend on
 #                      CUDA tensors: every collective, torch's side stream, DDP and FSDP2)
+#   mps         60 s   the ring's IPC bench again under CUDA MPS, when nvidia-cuda-mps-control exists
+#                      (two processes on one GPU otherwise time-slice: a context switch per turn);
+#                      the daemon is stopped after it. Not in the default list: --only ...,mps
 #   zero        35 s   ZeRO training (stages 0-3, SGD and AdamW) on the GPU against the same on CPU
 #                      (through IPC, the default on one node; staged for the rest if IPC fails)
 #
 # Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout
 # and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/gpu-DATE/:
-#   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json
+#   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json  ring-mps.json (mps step)
 # Exit status: 0 when every check passed, 1 when one failed, 2 when the GPU stack is missing.
 TOTAL_S=${TOTAL_S:-330}
 # (the timeouts are the numbers in the run_step lines below; prereq's waits are 15 s per
 #  mpirun probe, at most 3, and 40 s per wheel install, at most 2, only when MPI is missing)
 
+ONLY=""
+case "${1:-}" in
+    --only) ONLY=",${2:?--only needs a list, e.g. bandwidth,ring},";;
+    --only=*) ONLY=",${1#--only=},";;
+    "") ;;
+    *) echo "usage: bash bench/gpu_check.sh [--only STEP,STEP,...]" >&2; exit 2;;
+esac
+want() {  # want STEP: the step is in --only's list ("all": every default step); mps only when named
+    [[ "$ONLY" == *",$1,"* ]] && return 0
+    [ "$1" != mps ] && { [ -z "$ONLY" ] || [[ "$ONLY" == *",all,"* ]]; }
+}
 cd "$(dirname "$0")/.." || exit 2
 REPO=$PWD
 PY=${PYTHON:-python3}
@@ -207,9 +227,21 @@ step_kernels() {
     return "$s"
 }
 step_defects() { "$PY" bench/gpu_defects.py --json "$RZ_GPU_CHECK_OUT/defects.json"; }
-step_bandwidth() { "$PY" bench/kernels.py --bytes 1G --iters 20 --json "$RZ_GPU_CHECK_OUT/kernels.json"; }
+step_bandwidth() { "$PY" bench/kernels.py --bytes 1G --iters 20 --variants 1,2,4 --json "$RZ_GPU_CHECK_OUT/kernels.json"; }
 step_ring() { mpirun -n 2 "$PY" tests/mpi/gpu_collectives.py all --bench --json "$RZ_GPU_CHECK_OUT/ring.json"; }
 step_zero() { mpirun -n 2 "$PY" tests/mpi/zero_gpu.py; }
+step_mps() {  # the IPC ring bench under CUDA MPS (kernels of both ranks share the GPU instead of time-slicing)
+    if ! command -v nvidia-cuda-mps-control >/dev/null; then echo "INFO mps: nvidia-cuda-mps-control not found: not run"; return 0; fi
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/rz-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rz-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if ! timeout 10 nvidia-cuda-mps-control -d; then echo "INFO mps: the MPS daemon did not start: not run"; return 0; fi
+    RZ_RING_TAG=mps mpirun -n 2 -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x RZ_RING_TAG \
+        "$PY" tests/mpi/gpu_collectives.py ipc,ipc-poll --bench --json "$RZ_GPU_CHECK_OUT/ring-mps.json"
+    local s=$?
+    echo quit | timeout 10 nvidia-cuda-mps-control
+    tail -5 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null
+    return "$s"
+}
 step_torch() {
     mpirun -n 2 "$PY" tests/mpi/torch_cuda_check.py
     local s=$?
@@ -217,22 +249,25 @@ step_torch() {
     else echo "FAIL torch: tests/mpi/torch_cuda_check.py exit status $s"; fi
     return "$s"
 }
-export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch
+export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch step_mps
 export PATH PYTHONPATH
 
-run_step kernels 60 step_kernels
-run_step defects 25 step_defects
-run_step bandwidth 35 step_bandwidth
+want kernels && run_step kernels 60 step_kernels
+want defects && run_step defects 25 step_defects
+want bandwidth && run_step bandwidth 35 step_bandwidth
 if [ "$MPI_OK" = 1 ]; then
-    run_step ring 75 step_ring
-    if [ -f tests/mpi/torch_cuda_check.py ]; then
-        run_step torch 60 step_torch
-    else
-        result INFO "torch: tests/mpi/torch_cuda_check.py does not exist on this branch: not run"
+    want ring && run_step ring 75 step_ring
+    if want torch; then
+        if [ -f tests/mpi/torch_cuda_check.py ]; then
+            run_step torch 60 step_torch
+        else
+            result INFO "torch: tests/mpi/torch_cuda_check.py does not exist on this branch: not run"
+        fi
     fi
-    run_step zero 35 step_zero
+    want zero && run_step zero 35 step_zero
+    want mps && run_step mps 60 step_mps
 else
-    result FAIL "ring, zero, torch: not run, no working MPI"
+    result FAIL "ring, zero, torch, mps: not run, no working MPI"
 fi
 
 finish "$FAILED"

@@ -89,14 +89,15 @@ def build(file: str, text: str, names: list[str], options) -> Path:
         f'extern "C" void rzhost_{n}(unsigned g, unsigned b, void** p) {{ rz_run({n}, g, b, p); }}\n'
         f'extern "C" int rzsizes_{n}(int* out) {{ return rz_param_sizes({n}, out); }}' for n in names)
     src = text + "\n// ---- host launchers (bench/kernels_on_host.py)\n" + trailer + "\n"
-    key = hashlib.sha256("\0".join([src, SHIM.read_text(), CXX, *CXXFLAGS]).encode()).hexdigest()[:16]
+    defines = [o for o in options if o.startswith("-D")]  # e.g. -DRZ_UNROLL=1, as NVRTC gets it
+    key = hashlib.sha256("\0".join([src, SHIM.read_text(), CXX, *CXXFLAGS, *defines]).encode()).hexdigest()[:16]
     lib = CACHE / f"{Path(file).stem}-{key}.so"
     if not lib.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         cpp = CACHE / f"{Path(file).stem}-{key}.cpp"
         cpp.write_text(src)
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        r = _cxx([*CXXFLAGS, "-x", "c++", str(cpp), "-o", str(tmp)])
+        r = _cxx([*CXXFLAGS, *defines, "-x", "c++", str(cpp), "-o", str(tmp)])
         if r.returncode:
             raise RuntimeError(f"g++ failed on {file} (NVRTC options {' '.join(options)}):\n{r.stderr[-4000:]}")
         os.replace(tmp, lib)
@@ -317,9 +318,9 @@ def same(got: np.ndarray, want: np.ndarray) -> str | None:
 class Runner:
     """Runs the cases through CudaKernels on each grid; records which kernels ran and failed."""
 
-    def __init__(self, verbose: bool):
+    def __init__(self, verbose: bool, unroll: int | None = None):
         self.log: list = []
-        self.sets = [CK.CudaKernels(HostCupy(sms, occ, self.log)) for sms, occ in GRIDS]
+        self.sets = [CK.CudaKernels(HostCupy(sms, occ, self.log), unroll=unroll) for sms, occ in GRIDS]
         self.failures: dict = {}
         self.cases: dict = {}
         self.verbose = verbose
@@ -355,7 +356,7 @@ def run_reduce(r: Runner) -> None:
     for name in DTYPES:
         for op in launch.REDUCE_OPS:
             kernel = launch.reduce_kernel(op, DTYPES[name][0])
-            for n in (1, 7, 33, 1000, 4099):
+            for n in (1, 7, 33, 1000, 4099, 20011):  # 20011: a one-block grid goes round the unrolled loop 5x
                 a, b = operands(name, n, n)
                 want = R.reduce(op, a, b)
                 for oa, ob, oo in ((0, 0, 0), (1, 1, 1), (3, 0, 3), (0, 3, 3), (1, 2, 3), (5, 5, 2)):
@@ -373,7 +374,7 @@ def run_reduce(r: Runner) -> None:
 def run_scale(r: Runner) -> None:
     for name in DTYPES:
         kernel = launch.scale_kernel(DTYPES[name][0])
-        for n in (1, 9, 1001):
+        for n in (1, 9, 1001, 20011):
             a, _ = operands(name, n, 100 + n)
             for d in (1, 3, 4, 7):
                 for off in (0, 1, 3):
@@ -389,7 +390,7 @@ def run_cast(r: Runner) -> None:
     for dt in (bfloat16, np.float16):
         ta, tb = _ties(dt)
         x = np.concatenate([_f32_specials(), (ta + tb).astype(np.float32), -(ta + tb).astype(np.float32),
-                            (rng.standard_normal(3000) * 1e3).astype(np.float32),
+                            (rng.standard_normal(20000) * 1e3).astype(np.float32),
                             (rng.standard_normal(500) * 1e-39).astype(np.float32),
                             rng.integers(0, 2 ** 32, 500, dtype=np.uint64).astype(np.uint32).view(np.float32)])
         down = launch.cast_kernel(np.float32, dt)
@@ -477,6 +478,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csrc", default=None, help="kernel sources to run instead of csrc/ (e.g. a mutated copy)")
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--unroll", type=int, choices=launch.UNROLLS, default=None,
+                    help="RZ_UNROLL variant of reduce.cu and cast.cu (default: the sources' own)")
     args = ap.parse_args(argv)
     if shutil.which(CXX) is None:
         print(f"host run: no {CXX} on PATH")
@@ -488,7 +491,7 @@ def main(argv=None) -> int:
     for cu in sorted(launch.CSRC.glob("*.cu")):
         for name in entry_points(CK.kernel_source(cu.name)):
             entries[name] = cu.name
-    r = Runner(args.verbose)
+    r = Runner(args.verbose, args.unroll)
     for part in (run_reduce, run_scale, run_cast, run_adamw, run_sgd):
         part(r)
     ran = r.launched()

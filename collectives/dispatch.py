@@ -21,6 +21,7 @@ from .dtypes import is_floating
 from .errors import CollectiveError
 from .kernels import NUMPY_KERNELS
 from .schedule import split_counts
+from .transport.device import device_chunk_bytes
 
 
 class Dispatcher:
@@ -52,7 +53,7 @@ class Dispatcher:
             else:
                 kernels = out.kernels
                 transport, scratch = self._device(), self._scratch_for(kernels)
-                chunk = max(1, self.chunk_bytes // out.flat.itemsize)
+                chunk = max(1, device_chunk_bytes(self.chunk_bytes) // out.flat.itemsize)
             ctx = Context(transport, kernels, label, self.timeout, chunk, scratch,
                           self.tracer, self._cache, self.window)
             try:

@@ -26,12 +26,24 @@ template <typename S, typename D>
 __device__ __forceinline__ void cast_body(const S* src, D* dst, i64 n, i64 head, i64 nvec, int loose) {
     constexpr int V = 4;
     const i64 tid = rz_tid(), stride = rz_stride();
-    for (i64 i = tid; i < nvec; i += stride) {
-        Vec<S, V> x = vload_in<S, V>(src + head, i, loose & 1);
-        Vec<D, V> y;
+    constexpr int U = RZ_UNROLL;  // vectors loaded before any is used (rz_common.cuh)
+    for (i64 i0 = tid; i0 < nvec; i0 += stride * U) {
+        Vec<S, V> x[U];
 #pragma unroll
-        for (int j = 0; j < V; ++j) y.e[j] = Convert<S, D>::go(x.e[j]);
-        vstore<D, V>(dst + head, i, y);
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) x[u] = vload_in<S, V>(src + head, i, loose & 1);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) {
+                Vec<D, V> y;
+#pragma unroll
+                for (int j = 0; j < V; ++j) y.e[j] = Convert<S, D>::go(x[u].e[j]);
+                vstore<D, V>(dst + head, i, y);
+            }
+        }
     }
     const i64 tail0 = head + nvec * V;
     const i64 nscalar = head + (n - tail0);
@@ -42,7 +54,7 @@ __device__ __forceinline__ void cast_body(const S* src, D* dst, i64 n, i64 head,
 }
 
 #define RZ_CAST(SSUF, S, DSUF, D)                                                      \
-    extern "C" __global__ void __launch_bounds__(256)                                  \
+    extern "C" __global__ void __launch_bounds__(256, 4)                                \
     rz_cast_##SSUF##_##DSUF(const S* src, D* dst, i64 n, i64 head, i64 nvec, int loose) { \
         cast_body<S, D>(src, dst, n, head, nvec, loose);                               \
     }
@@ -57,11 +69,23 @@ __device__ __forceinline__ void scale_body(T* x, i64 n, i64 head, i64 nvec, type
     typedef Acc<T> A;
     constexpr int V = 16 / sizeof(T);
     const i64 tid = rz_tid(), stride = rz_stride();
-    for (i64 i = tid; i < nvec; i += stride) {
-        Vec<T, V> v = vload<T, V>(x + head, i);
+    constexpr int U = RZ_UNROLL;
+    for (i64 i0 = tid; i0 < nvec; i0 += stride * U) {
+        Vec<T, V> v[U];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v.e[j] = A::store(A::load(v.e[j]) / divisor);
-        vstore<T, V>(x + head, i, v);
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) v[u] = vload<T, V>(x + head, i);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) v[u].e[j] = A::store(A::load(v[u].e[j]) / divisor);
+                vstore<T, V>(x + head, i, v[u]);
+            }
+        }
     }
     const i64 tail0 = head + nvec * V;
     const i64 nscalar = head + (n - tail0);
@@ -72,7 +96,7 @@ __device__ __forceinline__ void scale_body(T* x, i64 n, i64 head, i64 nvec, type
 }
 
 #define RZ_SCALE(SUF, T)                                                                         \
-    extern "C" __global__ void __launch_bounds__(256)                                            \
+    extern "C" __global__ void __launch_bounds__(256, 4)                                          \
     rz_scale_##SUF(T* x, i64 n, i64 head, i64 nvec, int /*loose: x is written, never loose*/,   \
                    Acc<T>::type divisor) {                                                       \
         scale_body<T>(x, n, head, nvec, divisor);                                                \

@@ -26,13 +26,27 @@ __device__ __forceinline__ void reduce_body(const T* a, const T* b, T* out, i64 
     const T* va = a + head;
     const T* vb = b + head;
     T* vo = out + head;
-    for (i64 i = tid; i < nvec; i += stride) {
-        Vec<T, V> x = vload_in<T, V>(va, i, loose & 1);
-        Vec<T, V> y = vload_in<T, V>(vb, i, loose & 2);
-        Vec<T, V> z;
+    constexpr int U = RZ_UNROLL;  // vectors per input loaded before any is used (rz_common.cuh)
+    for (i64 i0 = tid; i0 < nvec; i0 += stride * U) {
+        Vec<T, V> x[U], y[U];
 #pragma unroll
-        for (int j = 0; j < V; ++j) z.e[j] = A::store(Op::apply(A::load(x.e[j]), A::load(y.e[j])));
-        vstore<T, V>(vo, i, z);
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) {
+                x[u] = vload_in<T, V>(va, i, loose & 1);
+                y[u] = vload_in<T, V>(vb, i, loose & 2);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 i = i0 + u * stride;
+            if (i < nvec) {
+                Vec<T, V> z;
+#pragma unroll
+                for (int j = 0; j < V; ++j) z.e[j] = A::store(Op::apply(A::load(x[u].e[j]), A::load(y[u].e[j])));
+                vstore<T, V>(vo, i, z);
+            }
+        }
     }
     const i64 tail0 = head + nvec * V;
     const i64 nscalar = head + (n - tail0);
@@ -43,7 +57,7 @@ __device__ __forceinline__ void reduce_body(const T* a, const T* b, T* out, i64 
 }
 
 #define RZ_REDUCE(OPNAME, OP, SUF, T)                                                         \
-    extern "C" __global__ void __launch_bounds__(256)                                         \
+    extern "C" __global__ void __launch_bounds__(256, 4)                                       \
     rz_reduce_##OPNAME##_##SUF(const T* a, const T* b, T* out, i64 n, i64 head, i64 nvec,    \
                                int loose) {                                                   \
         reduce_body<T, OP>(a, b, out, n, head, nvec, loose);                                  \

@@ -126,6 +126,21 @@ __device__ __forceinline__ void vstore(T* base, i64 i, const Vec<T, V>& v) {
     reinterpret_cast<typename Vec<T, V>::word*>(base)[i] = v.w;
 }
 
+// RZ_UNROLL: vectors each thread loads before it uses any (1, 2 or 4), in the
+// vector loops of reduce.cu and cast.cu. One 16-byte load per input per
+// iteration of a one-wave grid-stride loop left too few bytes in flight to
+// cover HBM latency (the first H200 run: reduce at 84.5% of a device copy);
+// U independent loads per input, at i, i + stride, ..., i + (U-1)*stride, keep
+// every warp's accesses coalesced and put U times as many in flight.
+// cuda_kernels.py passes -DRZ_UNROLL=U for a variant (bench/kernels.py
+// --variants measures them side by side); the default is the value here.
+#ifndef RZ_UNROLL
+#define RZ_UNROLL 4
+#endif
+// 4 needs 57-64 registers in reduce.cu: 4 blocks of 256 per SM, MIN_BLOCKS_PER_SM in launch.py;
+// reduce.cu and cast.cu declare __launch_bounds__(256, 4) so NVRTC keeps to 64 as nvcc does.
+static_assert(RZ_UNROLL == 1 || RZ_UNROLL == 2 || RZ_UNROLL == 4, "RZ_UNROLL: 1, 2 or 4");
+
 // Launch geometry shared by every kernel (see collectives/kernels/launch.py):
 // elements [head, head + nvec*V) go through aligned vectors, the rest
 // ([0, head) and [head + nvec*V, n)) element by element; both loops are

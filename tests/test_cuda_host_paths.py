@@ -326,3 +326,40 @@ def test_ipc_cache_counters():
         b.pull(dst, b"h" * 64, 0, 16, owner=(1, 0x1000))
     b.close()
     assert b.stats == {"exports": 5, "handles_made": 1, "pulls": 3, "mappings_opened": 1, "mappings_closed": 1}
+
+
+def test_ipc_signals_one_interprocess_event_recorded_per_message_and_peer_events_opened_once():
+    """CupyBackend.signal / wait_signal (the IPC path's stream waits) against cupy's calls:
+    one interprocess event per device, its handle made once and recorded per message on the
+    default stream; a peer's handle opened once, a stream wait queued per message, destroyed
+    on close."""
+    f = _IpcFake()
+    b = f.backend()
+    made = []
+
+    class Event:
+        def __init__(self, block=False, disable_timing=False, interprocess=False):
+            assert disable_timing and interprocess, "an IPC event must be interprocess without timing"
+            self.ptr = 0xE000 + len(made)
+            made.append(self)
+
+        def record(self, stream=None):
+            f.calls.append(("record", self.ptr, stream))
+
+    rt = f.cp.cuda.runtime
+    f.cp.cuda.Event = Event
+    rt.ipcGetEventHandle = lambda ptr: f.calls.append(("get_event", ptr)) or b"E" * 64
+    rt.ipcOpenEventHandle = lambda h: f.calls.append(("open_event", h)) or 0xF000
+    rt.streamWaitEvent = lambda stream, ev, flags: f.calls.append(("wait", stream, ev, flags))
+    rt.eventDestroy = lambda ev: f.calls.append(("destroy", ev))
+    b._signals, b._peer_signals = {}, {}
+    b.stats.update(signals=0, signal_waits=0)
+    buf = _slice(0x1000)
+    assert [b.signal(buf) for _ in range(3)] == [b"E" * 64] * 3
+    assert len(made) == 1 and f.count("get_event") == 1 and f.count("record") == 3
+    for _ in range(4):
+        b.wait_signal(buf, b"P" * 64)
+    assert f.count("open_event") == 1 and f.count("wait") == 4
+    assert {c[2] for c in f.calls if c[0] == "wait"} == {0xF000}
+    b.close()
+    assert f.count("destroy") == 1 and b.stats["signals"] == 3 and b.stats["signal_waits"] == 4

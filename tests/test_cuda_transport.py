@@ -50,12 +50,28 @@ class FakeBackend:
 
     def __init__(self, polls=2):
         self.polls = polls
-        self.counts = {"d2h": 0, "h2d": 0, "pull": 0, "export": 0}
+        self.counts = {"d2h": 0, "h2d": 0, "pull": 0, "export": 0, "signal": 0, "wait_signal": 0}
+        self._queued = []  # pulls not yet run: a signal (an event recorded after them) runs them
+        self.records = 0
+
+    def signal(self, buf):
+        """The stream runs what is queued on it (the pulls) before the event it records."""
+        self.counts["signal"] += 1
+        for ev in self._queued:
+            ev.left = 0
+            ev.done()
+        self._queued.clear()
+        return b"signal".ljust(64, b"\0")
+
+    def wait_signal(self, buf, handle):
+        assert handle == b"signal".ljust(64, b"\0"), handle
+        self.counts["wait_signal"] += 1
 
     def is_device(self, buf):
         return isinstance(buf, np.ndarray)
 
     def record(self, buf):
+        self.records += 1  # events the protocols will host-poll
         return _LazyEvent(self.polls)
 
     def pinned(self, nbytes):
@@ -80,7 +96,9 @@ class FakeBackend:
     def pull(self, dst, handle, offset, nbytes, owner=None):
         self.counts["pull"] += 1
         src = FakeBackend.registry[handle].reshape(-1).view(np.uint8)[offset:offset + nbytes].copy()
-        return _LazyEvent(self.polls, lambda: dst.view(np.uint8).__setitem__(slice(0, nbytes), src))
+        ev = _LazyEvent(self.polls, lambda: dst.view(np.uint8).__setitem__(slice(0, nbytes), src))
+        self._queued.append(ev)
+        return ev
 
 
 def _run(world, mode, fn, return_errors=False, **kw):
@@ -303,3 +321,91 @@ def test_auto_setup_has_a_deadline_under_mpirun(mpi):
     assert "device transport setup" in line and "within 1 s" in line, line
     assert float(line.split("after ")[1].split(" s")[0]) < 5
     assert r.stdout.count(": done") == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_profile_accounts_for_every_message_phase(mode):
+    """DeviceTransport.profile: each message's phases are counted once (what
+    gpu_collectives.py --bench prints per collective on the GPU), results unchanged."""
+    from collectives.transport.device import Profile
+    n = 3000
+    phases = {"ipc": (("send.ready_wait", "send.ack_wait"), ("recv.ctrl_wait", "recv.pull_issue", "recv.copy_wait",
+                                                            "recv.ack_send")),
+              "staged": (("send.d2h_wait", "send.ack_wait"), ("recv.ctrl_wait", "recv.copy_wait")),
+              "cuda_aware": (("send.ready_wait", "send.ack_wait"), ("recv.free_wait", "recv.ctrl_wait"))}[mode]
+
+    def fn(comm):
+        comm.transport.profile = prof = Profile()
+        got = comm.all_reduce(np.arange(n, dtype=np.float32) * (comm.rank + 1))
+        comm.transport.profile = None
+        return got, prof.summary(), prof.line()
+
+    results, _ = _run(2, mode, fn, chunk_bytes=1024, small_bytes=64)
+    sends = []
+    for got, summary, line in results:
+        assert np.array_equal(got, np.arange(n, dtype=np.float32) * 3)
+        assert set(summary) == set(phases[0]) | set(phases[1]), line
+        nsend, nrecv = summary[phases[0][0]]["n"], summary[phases[1][0]]["n"]
+        assert nsend > 2 and all(summary[p]["n"] == nsend for p in phases[0]), line
+        assert all(summary[p]["n"] == nrecv for p in phases[1]), line
+        assert all(v["total_us"] >= 0 for v in summary.values())
+        sends.append((nsend, nrecv))
+    assert sends[0][0] == sends[1][1] and sends[1][0] == sends[0][1]  # every message seen at both ends
+
+
+def test_device_buffers_get_device_sized_chunks_unless_the_caller_chose():
+    from collectives.communicator import DEFAULT_CHUNK_BYTES
+    from collectives.transport.device import DEVICE_CHUNK_BYTES, device_chunk_bytes
+    assert DEVICE_CHUNK_BYTES >= 16 * DEFAULT_CHUNK_BYTES
+    assert device_chunk_bytes(DEFAULT_CHUNK_BYTES) == DEVICE_CHUNK_BYTES
+    assert device_chunk_bytes(256 * 1024) == 256 * 1024  # tests and benches that set it keep theirs
+
+
+def _ipc_all_reduce(world, waits, monkeypatch):
+    """An all-reduce and a broadcast over ipc with each rank's stream_waits setting (waits[r])."""
+    made = []
+    real = DeviceTransport.__init__
+
+    def init(self, host, mode, backend=None, stream_waits=None):
+        real(self, host, mode, backend, waits[host.rank])
+        made.append(self)
+    monkeypatch.setattr(DeviceTransport, "__init__", init)
+    n = 5000
+
+    def fn(comm):
+        x = (np.arange(n, dtype=np.float32) % 89) * (comm.rank + 1)
+        return comm.all_reduce(x), comm.broadcast(np.full(999, comm.rank, np.int64), root=0)
+
+    results, backends = _run(world, "ipc", fn, chunk_bytes=2048, small_bytes=64)
+    for ar, bc in results:
+        assert np.array_equal(ar, (np.arange(n, dtype=np.float32) % 89) * (world * (world + 1) // 2))
+        assert (bc == 0).all()
+    assert sorted(t.stream_waits for t in made) == sorted(waits)
+    return backends
+
+
+def test_ipc_stream_waits_replace_host_polls(monkeypatch):
+    """Run 1 on the H200: each device chunk cost ~220 us, with two host polls of GPU events
+    per message (the sender's producer, the receiver's copy). With stream waits the IPC path
+    records interprocess events and queues stream waits instead: no event is host-polled, and
+    every signal is waited on by the peer."""
+    backends = _ipc_all_reduce(3, [True, True, True], monkeypatch)
+    for b in backends:
+        assert b.records == 0, b.counts  # no host-polled event on the IPC path
+        assert b.counts["pull"] > 3 and b.counts["signal"] > 3
+    assert sum(b.counts["signal"] for b in backends) == sum(b.counts["wait_signal"] for b in backends)
+
+
+def test_ipc_without_stream_waits_and_mixed_ranks_stay_exact(monkeypatch):
+    backends = _ipc_all_reduce(2, [False, False], monkeypatch)
+    assert all(b.counts["signal"] == 0 and b.records > 0 for b in backends)
+    monkeypatch.undo()
+    _ipc_all_reduce(3, [True, False, True], monkeypatch)  # the messages carry who signalled
+
+
+def test_ipc_stream_waits_off_by_environment(monkeypatch):
+    monkeypatch.setenv("RINGZERO_IPC_STREAM_WAITS", "0")
+    assert not DeviceTransport(Fabric(1).transport(0), "ipc", backend=FakeBackend()).stream_waits
+    monkeypatch.delenv("RINGZERO_IPC_STREAM_WAITS")
+    assert DeviceTransport(Fabric(1).transport(0), "ipc", backend=FakeBackend()).stream_waits
+    assert not DeviceTransport(Fabric(1).transport(0), "staged", backend=FakeBackend()).stream_waits

@@ -170,3 +170,13 @@ def test_split_read_only_input_at_another_phase_is_loose_not_scalar():
     assert launch.split(2, [a, b, out], [4] * 3, 4, readonly=(0, 1)).loose == 0
     p = launch.plan("rz_reduce_sum_f32", 1000, [(a, 4), (b, 4), (out, 4)], sm_count=132, readonly=(0, 1))
     assert p.split.loose == 0b10 and p.split.nvec == 249
+
+
+def test_default_unroll_is_the_one_in_the_sources():
+    text = (launch.CSRC / "rz_common.cuh").read_text()
+    assert f"#define RZ_UNROLL {launch.DEFAULT_UNROLL}\n" in text
+    assert launch.DEFAULT_UNROLL in launch.UNROLLS
+    assert "-DRZ_UNROLL=2" in launch.nvrtc_options("reduce.cu", "sm_90", 2)
+    assert not any(o.startswith("-D") for o in launch.nvrtc_options("optim.cu", "sm_90", 2))
+    with pytest.raises(ValueError):
+        launch.nvrtc_options("reduce.cu", "sm_90", 8)

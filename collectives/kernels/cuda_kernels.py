@@ -68,15 +68,19 @@ class CudaKernels:
       cupy: the cupy module.
       device: the device :meth:`empty` allocates on (None: the caller's
         current device). Every other method runs on its arrays' device.
+      unroll: vectors per thread in flight in reduce, cast and scale
+        (RZ_UNROLL, see launch.nvrtc_options); None: the sources' default.
+        bench/kernels.py --variants measures each.
     """
 
     name = "cuda"
     device = True
 
-    def __init__(self, cupy, device: int | None = None):
+    def __init__(self, cupy, device: int | None = None, unroll: int | None = None):
         self.xp = cupy
         self._cp = cupy
         self._device = device
+        self.unroll = unroll
         self._lock = threading.Lock()
         self._modules: dict = {}
         self._functions: dict = {}
@@ -98,7 +102,7 @@ class CudaKernels:
         # A cubin for the device itself; PTX for the newest arch NVRTC knows
         # when the device is newer than NVRTC (the driver compiles that).
         arch = f"sm_{cc}" if cc in archs else f"compute_{max(a for a in archs if a <= cc)}"
-        opts = launch.nvrtc_options(file, arch)
+        opts = launch.nvrtc_options(file, arch, self.unroll)
         prog = nvrtc.createProgram(kernel_source(file), file, (), ())
         try:
             try:

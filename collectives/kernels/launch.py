@@ -67,9 +67,24 @@ OPTIONS = {
 NVRTC_IEEE = ("-ftz=false", "-prec-div=true", "-prec-sqrt=true")
 
 
-def nvrtc_options(file: str, arch: str) -> tuple[str, ...]:
-    """Every option NVRTC compiles ``file`` with for ``arch`` (e.g. "sm_90" or "compute_90")."""
-    return (*OPTIONS[file], *NVRTC_IEEE, f"--gpu-architecture={arch}")
+# The files whose vector loops RZ_UNROLL sets (see csrc/rz_common.cuh). 8 is left out:
+# 94-119 registers, 2 blocks per SM, under MIN_BLOCKS_PER_SM.
+UNROLLED = ("reduce.cu", "cast.cu")
+UNROLLS = (1, 2, 4)
+DEFAULT_UNROLL = 4  # the #define in csrc/rz_common.cuh (tests/test_kernels_launch.py checks they agree)
+
+
+def nvrtc_options(file: str, arch: str, unroll: int | None = None) -> tuple[str, ...]:
+    """Every option NVRTC compiles ``file`` with for ``arch`` (e.g. "sm_90" or "compute_90").
+
+    Args:
+      unroll: vectors per thread in flight (RZ_UNROLL) for reduce.cu and cast.cu;
+        None keeps the sources' default. Ignored for the other files.
+    """
+    if unroll is not None and unroll not in UNROLLS:
+        raise ValueError(f"unroll must be one of {UNROLLS}, got {unroll}")
+    defines = (f"-DRZ_UNROLL={unroll}",) if unroll is not None and file in UNROLLED else ()
+    return (*OPTIONS[file], *NVRTC_IEEE, *defines, f"--gpu-architecture={arch}")
 
 
 def reduce_kernel(op: str, dtype) -> str:

@@ -2,20 +2,31 @@
 
     mpirun -n N python tests/mpi/gpu_collectives.py MODE [--bench] [--json PATH]
 
-MODE: ipc, staged, cuda_aware, auto, or all (ipc, staged, and cuda_aware when
-the MPI library says it takes device pointers). Ranks share the GPUs
+MODE: ipc, ipc-poll (IPC with host-polled events instead of stream waits, the
+first run's protocol), staged, cuda_aware, auto, or all (ipc, ipc-poll, staged,
+and cuda_aware when the MPI library says it takes device pointers), or a
+comma-separated list (ipc,ipc-poll). Ranks share the GPUs
 round-robin (several per GPU when N exceeds them). Inputs are integer-valued
 so any summation order is exact. Rank 0 prints one PASS/FAIL line per mode
 (and "rank r: OK mode=..." lines per rank, which tests/test_cuda_mpi.py counts).
 
 --bench: then times all-reduce, reduce-scatter and all-gather of 64 MiB of
-float32 per mode, with the library's default chunk and with device-sized
-(16 MiB) chunks, and prints busbw beside a device-to-device copy of the same
-size measured in the same run (the roofline: no ring on one GPU moves data
-faster than a copy does). INFO lines; the records go to --json.
+float32 per mode, with the library's default chunk for device buffers and with
+4 MiB and 512 KiB chunks, and prints busbw beside a device-to-device copy of
+the same size measured in the same run (the roofline: no ring on one GPU moves
+data faster than a copy does). INFO lines; the records go to --json.
+Where the time goes: one more call of each is profiled (DeviceTransport.profile:
+per message, the time waiting for the producer's event, the peer's control
+message, the copy, the ack; plus the reduce launches and the GPU's own busy
+time), printed as "INFO ring-MODE-profile" lines for rank 0; and three probes
+per mode: a host-polled event round trip on an idle GPU, an MPI ping-pong of
+a 96-byte control message, and a device message ping-pong (1 MiB) through
+the transport ("INFO ring-MODE-probe"). RZ_RING_TAG=x names the lines ring-x-MODE
+(gpu_check.sh's mps step).
 """
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -26,7 +37,8 @@ from mpi4py import MPI
 
 from collectives import Communicator
 from collectives.dtypes import bfloat16
-from collectives.transport.device import cuda_aware_mpi, make_device_transport
+from collectives.kernels.cuda_kernels import cuda_kernels
+from collectives.transport.device import Profile, cuda_aware_mpi, device_chunk_bytes, make_device_transport
 from collectives.transport.mpi import MpiTransport
 
 ap = argparse.ArgumentParser()
@@ -84,7 +96,79 @@ def copy_gbps(nbytes):
     return 2 * nbytes / t / 1e9  # read + write
 
 
-def bench(comm, mode, chunk, copy_bw, records):
+TAG = f"{os.environ['RZ_RING_TAG']}-" if os.environ.get("RZ_RING_TAG") else ""
+
+
+def profiled(comm, dt, fn):
+    """One call of fn with the transport's profile on and the reduce launches timed:
+    (host us, GPU busy us between events around it, Profile)."""
+    prof = dt.profile = Profile()
+    k = cuda_kernels(cp.cuda.Device().id)  # the set kernels_for gives this rank's arrays
+    plain = k.reduce
+    k.reduce = lambda *a: prof.timed("kernel.reduce_launch", plain, *a)
+    try:
+        cp.cuda.runtime.deviceSynchronize()
+        world.Barrier()
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(cp.cuda.Stream.null)
+        t0 = time.perf_counter()
+        fn()
+        host = time.perf_counter() - t0
+        e1.record(cp.cuda.Stream.null)
+        e1.synchronize()
+        return host * 1e6, cp.cuda.get_elapsed_time(e0, e1) * 1e3, prof
+    finally:
+        del k.reduce
+        dt.profile = None
+
+
+def probes(dt, mode, records):
+    """Per-message costs under the ring: an event round trip, an MPI control message, a device message."""
+    def median_us(fn, iters=30):
+        fn()
+        world.Barrier()
+        ts = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts)) * 1e6
+
+    def event_trip():
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(cp.cuda.Stream.null)
+        deadline = time.monotonic() + 10
+        while not ev.done:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {r}: an event on an idle GPU not done in 10 s")
+    out = {}
+    out["event_round_trip_us"] = median_us(event_trip)  # the peer idles in the barrier... then polls too
+    peer = 1 - r if n == 2 else None
+    if peer is not None:
+        msg = np.zeros(12, np.int64)
+
+        def ping(nbytes):
+            buf = cp.ones(nbytes // 4, cp.float32)
+
+            def one():
+                first, second = (dt.isend, dt.irecv) if r == 0 else (dt.irecv, dt.isend)
+                for op, tag in ((first, 7), (second, 8)):
+                    h = op(buf, peer, tag)
+                    deadline = time.monotonic() + 10
+                    while not dt.test(h):
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"rank {r}: probe message tag {tag} with rank {peer} not done in 10 s")
+            return one
+        out["mpi_ctrl_pingpong_us"] = median_us(lambda: (world.Send(msg, peer, 5), world.Recv(msg, peer, 6))
+                                                if r == 0 else (world.Recv(msg, peer, 5), world.Send(msg, peer, 6)))
+        out["device_1MiB_pingpong_us"] = median_us(ping(1 << 20), iters=20)
+    rec = world.allgather(out)
+    records.append(dict(mode=mode, probe=True, ranks=n, per_rank=rec))
+    say(f"INFO ring-{TAG}{mode}-probe: rank 0: " + ", ".join(f"{k} {v:.0f}" for k, v in rec[0].items())
+        + " (a device ping-pong is two messages; each includes an event round trip or more)")
+
+
+def bench(comm, dt, mode, chunk, copy_bw, records):
     nbytes = 64 << 20
     count = nbytes // 4
     x = cp.ones(count, cp.float32)
@@ -96,24 +180,30 @@ def bench(comm, mode, chunk, copy_bw, records):
     for op, (fn, factor) in cases.items():
         t = timed(fn)
         busbw = nbytes / t / 1e9 * factor
+        host_us, gpu_us, prof = profiled(comm, dt, fn)
         rec = dict(mode=mode, op=op, bytes=nbytes, chunk_bytes=chunk, ranks=n, time_us=t * 1e6, busbw=busbw,
-                   copy_gbps=copy_bw, fraction_of_copy=busbw / copy_bw)
+                   copy_gbps=copy_bw, fraction_of_copy=busbw / copy_bw,
+                   profile=dict(host_us=host_us, gpu_span_us=gpu_us, phases=prof.summary()))
         records.append(rec)
-        say(f"INFO ring-{mode}: {op} 64 MiB f32, chunk {chunk >> 10} KiB: {t * 1e6:.0f} us, busbw {busbw:.0f} GB/s "
-            f"= {busbw / copy_bw:.1%} of the copy ({copy_bw:.0f} GB/s)")
+        say(f"INFO ring-{TAG}{mode}: {op} 64 MiB f32, chunk {chunk >> 10} KiB: {t * 1e6:.0f} us, busbw {busbw:.0f} "
+            f"GB/s = {busbw / copy_bw:.1%} of the copy ({copy_bw:.0f} GB/s)")
+        say(f"INFO ring-{TAG}{mode}-profile: {op} chunk {chunk >> 10} KiB, rank 0, one call {host_us:.0f} us "
+            f"(GPU events around it {gpu_us:.0f} us): {prof.line()}")
 
 
-modes = [args.mode]
+modes = args.mode.split(",")  # one mode, or several: ipc,ipc-poll
 if args.mode == "all":
     aware = world.allreduce(int(cuda_aware_mpi()[0]), op=MPI.MIN)
     say(f"INFO ring: CUDA-aware MPI: {cuda_aware_mpi()[1]}")
-    modes = ["ipc", "staged"] + (["cuda_aware"] if aware else [])
+    modes = ["ipc", "ipc-poll", "staged"] + (["cuda_aware"] if aware else [])
 records, failed = [], False
 copy_bw = copy_gbps(64 << 20) if args.bench else None
 for mode in modes:
     ok, why = True, ""
     t0 = time.perf_counter()
-    dt = make_device_transport(MpiTransport(world), mode)
+    dt = make_device_transport(MpiTransport(world), mode.partition("-")[0])
+    if mode == "ipc-poll":  # the first run's IPC protocol: host polls of events, not stream waits
+        dt.stream_waits = False
     comm = Communicator(transport=dt, timeout=10, chunk_bytes=256 * 1024)  # several chunks at 1M elements
     try:
         check_all(comm)
@@ -126,9 +216,13 @@ for mode in modes:
         print(f"rank {r}: OK mode={dt.mode}", flush=True)
     # the root cause first: a rank's own error before the timeouts it caused on its peers
     causes = sorted((("Timeout" in w), i, w) for i, w in enumerate(whys) if w)
-    say(f"{'PASS' if all_ok else 'FAIL'} ring-{mode}: every collective, 6 dtypes, counts 0..1M, {n} ranks "
+    say(f"{'PASS' if all_ok else 'FAIL'} ring-{TAG}{mode}: every collective, 6 dtypes, counts 0..1M, {n} ranks "
         f"({time.perf_counter() - t0:.1f} s){'' if all_ok else f': rank {causes[0][1]}: {causes[0][2]}'}")
     failed |= not all_ok
+    if mode.startswith("ipc") and all_ok and n > 1:
+        st = dt.backend.stats
+        say(f"INFO ipc-signals ({mode}): rank 0 recorded {st['signals']} interprocess events and queued "
+            f"{st['signal_waits']} stream waits on its peers' (stream_waits={dt.stream_waits})")
     if mode == "ipc" and all_ok and n > 1:  # one IPC handle per allocation, not per message (backend caches)
         st = dt.backend.stats
         cached = 0 < st["handles_made"] < st["exports"] and st["mappings_opened"] < st["pulls"]
@@ -138,13 +232,18 @@ for mode in modes:
         failed |= not every
     comm.close()
     if args.bench and all_ok:
-        for chunk in (None, 16 << 20):
+        try:
+            probes(dt, mode, records)
+        except Exception as e:
+            say(f"FAIL ring-{TAG}{mode}-probe: {type(e).__name__}: {e}")
+            failed = True
+        for chunk in (None, 4 << 20, 512 << 10):
             kw = {} if chunk is None else {"chunk_bytes": chunk}
             bc = Communicator(transport=dt, timeout=10, **kw)
             try:
-                bench(bc, mode, bc.chunk_bytes, copy_bw, records)
+                bench(bc, dt, mode, chunk or device_chunk_bytes(bc.chunk_bytes), copy_bw, records)
             except Exception as e:
-                say(f"FAIL ring-{mode}-bench: {type(e).__name__}: {e}")
+                say(f"FAIL ring-{TAG}{mode}-bench: {type(e).__name__}: {e}")
                 failed = True
             bc.close()
     dt.close()

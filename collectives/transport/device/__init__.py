@@ -9,7 +9,14 @@ Three ways, one chosen per communicator (the same on every rank):
   copies straight from the sender's buffer, device to device: the sender
   posts a small control message (the CUDA IPC handle of its buffer's
   allocation, the offset, the length) and keeps the buffer until the
-  receiver acknowledges. The sender makes an allocation's handle once
+  receiver acknowledges. Ordering is on the GPU, not the host (``stream_waits``,
+  the default): the sender records an interprocess event after the buffer's
+  producer and sends the control message at once; the receiver's stream waits
+  on that event, copies, records its own event and acks with it; the sender's
+  stream waits on that before anything later touches the buffer. So no
+  message host-polls a GPU event (the first H200 run, which did twice per
+  message, measured ~220 us per chunk). RINGZERO_IPC_STREAM_WAITS=0 restores
+  the host polls. The sender makes an allocation's handle once
   (cached by the allocation's buffer id); each receiver opens it once and
   keeps the mapping (cupy's pool reuses its allocations), at most
   backend.MAX_CACHED of them, closing the least recently used after its last
@@ -32,7 +39,8 @@ Ordering with the kernels. Kernels run on the device's default stream
 (kernels/cuda_kernels.py). A send records an event there first, so it sees
 the reduce that produced its data; a receive records one too, so it never
 overwrites a buffer a queued kernel still reads. A receive completes once
-its data is on the device, so a kernel launched afterwards reads it.
+its data is on the device, or (IPC with stream waits) once its copy is
+queued on the default stream, so a kernel launched afterwards there reads it.
 
 A message may be shorter than its receive buffer, as in MPI. IPC copies
 only the bytes sent; staging and CUDA-aware MPI may also write the bytes past
@@ -46,12 +54,29 @@ The GPU calls sit behind a small backend (:class:`CupyBackend`) so the
 protocols themselves run in CPU tests over the in-process transport, with
 a fake backend (tests/test_cuda_transport.py). Files: detect.py (mode),
 backend.py (cupy calls), protocols.py (one send/receive per mode),
-channels.py (DeviceTransport, the FIFO channels).
+channels.py (DeviceTransport, the FIFO channels), profile.py (where a message's time goes).
 """
-from .backend import CupyBackend
+# The ring's chunk for device buffers when the Communicator kept the library's default
+# chunk_bytes (1 MiB, sized for host memory). Each device chunk pays a fixed cost (a
+# launch, an MPI control message, a host-polled event, an ack): the first H200 run
+# measured ~220 us per 1 MiB chunk (64 MiB all-reduce: 8967 us at 1 MiB, 1123 us at
+# 16 MiB) while HBM moves 1 MiB in well under 1 us.
+DEVICE_CHUNK_BYTES = 16 << 20
+
+
+def device_chunk_bytes(chunk_bytes: int) -> int:
+    """The chunk the ring uses for device buffers: ``chunk_bytes`` as the caller set it,
+    or DEVICE_CHUNK_BYTES when it is the library default (a 1 MiB chunk_bytes passed
+    explicitly is taken as the default too)."""
+    from ...communicator import DEFAULT_CHUNK_BYTES
+    return DEVICE_CHUNK_BYTES if chunk_bytes == DEFAULT_CHUNK_BYTES else chunk_bytes
+
+
+from .backend import CupyBackend  # noqa: E402
 from .channels import DeviceTransport, make_device_transport
 from .detect import MODES, choose_mode, cuda_aware_mpi
+from .profile import Profile
 from .protocols import ACK_TAG_OFFSET
 
-__all__ = ["ACK_TAG_OFFSET", "MODES", "CupyBackend", "DeviceTransport", "choose_mode", "cuda_aware_mpi",
-           "make_device_transport"]
+__all__ = ["ACK_TAG_OFFSET", "DEVICE_CHUNK_BYTES", "MODES", "CupyBackend", "DeviceTransport", "Profile", "choose_mode", "cuda_aware_mpi",
+           "device_chunk_bytes", "make_device_transport"]

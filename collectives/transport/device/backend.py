@@ -35,7 +35,10 @@ class CupyBackend:
         self._owners: dict = {}  # (device, peer, peer's allocation start) -> key in _opened
         self._exports: OrderedDict = OrderedDict()  # (device, buffer id) -> IPC handle
         self._libcuda = None
-        self.stats = {"exports": 0, "handles_made": 0, "pulls": 0, "mappings_opened": 0, "mappings_closed": 0}
+        self._signals: dict = {}  # device -> (our interprocess event, its IPC handle)
+        self._peer_signals: dict = {}  # (device, handle) -> a peer's event, opened here
+        self.stats = {"exports": 0, "handles_made": 0, "pulls": 0, "mappings_opened": 0, "mappings_closed": 0,
+                      "signals": 0, "signal_waits": 0}
 
     def is_device(self, buf) -> bool:
         return type(buf).__module__.startswith("cupy")
@@ -125,6 +128,37 @@ class CupyBackend:
                 self._exports.move_to_end(key)
             return handle, ptr - start, start
 
+    def signal(self, buf) -> bytes:
+        """Record this process's interprocess event on buf's device's default stream (after
+        everything queued there) and return its IPC handle, for a peer's :meth:`wait_signal`.
+
+        One event per device, recorded again for every message: a peer's stream wait takes
+        the latest record when it is queued, which is never earlier than the one made for
+        its message, so waiting on a later one is only stronger (and cannot deadlock: each
+        wait names a record that was already queued)."""
+        cp = self.cp
+        dev = buf.device.id
+        with cp.cuda.Device(dev):
+            sig = self._signals.get(dev)
+            if sig is None:
+                ev = cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
+                sig = self._signals[dev] = (ev, bytes(cp.cuda.runtime.ipcGetEventHandle(ev.ptr)))
+            sig[0].record(cp.cuda.Stream.null)
+            self.stats["signals"] += 1
+            return sig[1]
+
+    def wait_signal(self, buf, handle: bytes) -> None:
+        """Make buf's device's default stream wait for a peer's latest :meth:`signal` (no host wait)."""
+        cp = self.cp
+        dev = buf.device.id
+        with cp.cuda.Device(dev):
+            key = (dev, handle)
+            ev = self._peer_signals.get(key)
+            if ev is None:
+                ev = self._peer_signals[key] = cp.cuda.runtime.ipcOpenEventHandle(handle)
+            cp.cuda.runtime.streamWaitEvent(cp.cuda.Stream.null.ptr, ev, 0)
+            self.stats["signal_waits"] += 1
+
     def pull(self, dst, handle: bytes, offset: int, nbytes: int, owner=None) -> _CudaEvent:
         """Copy nbytes from a peer's allocation into dst, on dst's default stream.
 
@@ -180,3 +214,11 @@ class CupyBackend:
         for key in list(self._opened):
             self._release(key)
         self._exports.clear()
+        peers = getattr(self, "_peer_signals", {})  # (a backend made without __init__ in tests has none)
+        for (dev, _), ev in list(peers.items()):
+            try:
+                with self.cp.cuda.Device(dev):
+                    self.cp.cuda.runtime.eventDestroy(ev)
+            except Exception:  # the peer may have exited
+                pass
+        peers.clear()

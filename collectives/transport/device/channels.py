@@ -2,6 +2,7 @@
 (direction, peer, tag)."""
 from __future__ import annotations
 
+import os
 from collections import defaultdict, deque
 
 from .backend import CupyBackend
@@ -16,15 +17,22 @@ class DeviceTransport:
       host: the host transport (MpiTransport, or InProcTransport in tests).
       mode: "cuda_aware", "ipc" or "staged" (see choose_mode for "auto").
       backend: the GPU calls (CupyBackend by default).
+      stream_waits: ipc mode orders its copies with interprocess events and stream
+        waits instead of host polls of events (see protocols._IpcSend); default on,
+        RINGZERO_IPC_STREAM_WAITS=0 turns it off. Ranks may differ.
     """
 
-    def __init__(self, host, mode: str, backend=None):
+    def __init__(self, host, mode: str, backend=None, stream_waits: bool | None = None):
         if mode not in MODES:
             raise ValueError(f"unknown device transport mode {mode!r}; choose from {', '.join(MODES)}")
         self.host, self.mode = host, mode
         self.backend = backend if backend is not None else CupyBackend()
         self.rank, self.size = host.rank, host.size
         self.fault = None
+        self.profile = None  # a profile.Profile to see where each message's time goes (off: None)
+        if stream_waits is None:
+            stream_waits = os.environ.get("RINGZERO_IPC_STREAM_WAITS", "1") != "0"
+        self.stream_waits = bool(stream_waits) and mode == "ipc"
         self.orphans = []  # operations cancelled after an error: kept, with their staging buffers, never reused
         self._send_cls, self._recv_cls = _OPS[mode]
         self._channels: dict = defaultdict(deque)
