@@ -27,11 +27,12 @@ $(STAMP): requirements.txt setup.py
 test: $(STAMP)  ## the whole suite: simulated ranks, real mpirun jobs (n=1..5), nvcc compile checks
 	$(BIN)/python -m pytest -q tests
 
-demo: $(STAMP)  ## one correctness line per collective, a short ring-vs-MPI sweep, a few ZeRO-3 training steps
+demo: $(STAMP)  ## one correctness line per collective, a short ring-vs-MPI sweep, ZeRO-3 steps, FSDP2 over ringzero
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python examples/demo.py
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 4M -f 4 -w 2 -n 10 \
 		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi
-	$(MPIRUN) $(call over,4) -n 4 $(BIN)/python examples/train.py --stage 3 --hidden 64 --layers 2 --steps 5 --batch 64
+	$(MPIRUN) $(call over,4) -n 4 $(BIN)/python examples/train.py --stage 3 --hidden 64 --layers 2 --steps 5 --batch 16
+	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python examples/train_torch.py --steps 10
 
 explain: $(STAMP)  ## the ring step by step on 4 simulated ranks, drawn to ring.svg
 	$(BIN)/python -m collectives.explain all_reduce --ranks 4 --count 16 --svg ring.svg
