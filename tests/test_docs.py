@@ -54,8 +54,9 @@ def test_every_named_path_exists(doc):
 def test_no_path_outside_the_repository(name):
     lines = (ROOT / name).read_text().splitlines()
     bad = [f"{i}: {line.strip()}" for i, line in enumerate(lines, 1) if OUTSIDE.search(line)]
-    bad += [f"{i}: {line.strip()}" for i, line in enumerate(lines, 1)
-            for u in LINK.findall(line) if "://" not in u and not (ROOT / name).parent.joinpath(u).resolve().is_relative_to(ROOT)]
+    here = (ROOT / name).parent
+    bad += [f"{i}: {line.strip()}" for i, line in enumerate(lines, 1) for u in LINK.findall(line)
+            if "://" not in u and not (here / u).resolve().is_relative_to(ROOT)]
     assert not bad, f"{name} points outside the repository:\n" + "\n".join(bad)
 
 
