@@ -1,0 +1,79 @@
+"""The docs stay honest: every repository path README.md and docs/*.md name
+exists, and the pages this repository owns point at nothing outside it."""
+from __future__ import annotations
+
+import glob
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TOP = ("collectives", "sharding", "bench", "examples", "csrc", "tests", "docs")
+# A path that starts at one of the repository's top-level folders, as docs write
+# them: in backticks, commands or prose; braces and * as shells expand them.
+PATH = re.compile(r"(?<![\w./-])((?:\.\./)*(?:%s)/[\w./{},*-]*)" % "|".join(TOP))
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+OUTSIDE = re.compile(r"(?<![\w.])(\.\./|/(?:work|home|tmp|root|usr|opt|dev|mnt)/)")
+HISTORY = ("used to", "this session", "until now", "no longer", "earlier version", "previously")
+
+
+def expand(pattern: str) -> list[str]:
+    """`a{1,2}b` -> [a1b, a2b] (as a shell would); no braces: the pattern itself."""
+    parts = re.split(r"\{([^{}]*)\}", pattern)
+    choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
+    return ["".join(c) for c in itertools.product(*choices)]
+
+
+def named_paths(text: str) -> set[str]:
+    found = set()
+    for m in PATH.finditer(text):
+        p = m.group(1).rstrip(".,:;")
+        if p.count("{") != p.count("}"):   # a brace group cut by the regex: drop its tail
+            p = p[:p.rindex("{")].rstrip(".,")
+        found.add(p)
+    return found
+
+
+def exists(path: str, base: Path) -> bool:
+    return all(glob.glob(str(base / p)) for p in expand(path))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_every_named_path_exists(doc):
+    text = doc.read_text()
+    missing = sorted(p for p in named_paths(text) if not p.startswith("../") and not exists(p, ROOT))
+    links = [u for u in LINK.findall(text) if "://" not in u and not u.startswith("mailto:")]
+    missing += sorted(u for u in links if not exists(u, doc.parent))
+    assert not missing, f"{doc.relative_to(ROOT)} names paths that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/architecture.md", "docs/walkthrough.md"])
+def test_no_path_outside_the_repository(name):
+    lines = (ROOT / name).read_text().splitlines()
+    bad = [f"{i}: {line.strip()}" for i, line in enumerate(lines, 1) if OUTSIDE.search(line)]
+    here = (ROOT / name).parent
+    bad += [f"{i}: {line.strip()}" for i, line in enumerate(lines, 1) for u in LINK.findall(line)
+            if "://" not in u and not (here / u).resolve().is_relative_to(ROOT)]
+    assert not bad, f"{name} points outside the repository:\n" + "\n".join(bad)
+
+
+def test_architecture_is_in_the_present_tense():
+    text = (ROOT / "docs/architecture.md").read_text().lower()
+    found = [h for h in HISTORY if h in text]
+    assert not found, f"docs/architecture.md tells history (git log is for that): {found}"
+
+
+def test_the_checker_sees_what_it_should():
+    """The extraction itself: a doc naming a missing file, a brace group, a link."""
+    text = ("see `collectives/ring.py`, bench/results/collectives-cpu-n2-run{1,2,3}.txt, "
+            "and collectives/nowhere.py. [x](docs/walkthrough.md)")
+    assert named_paths(text) == {"collectives/ring.py", "collectives/nowhere.py", "docs/walkthrough.md",
+                                 "bench/results/collectives-cpu-n2-run{1,2,3}.txt"}
+    assert exists("bench/results/collectives-cpu-n2-run{1,2,3}.txt", ROOT)
+    assert not exists("collectives/nowhere.py", ROOT)
+    assert not exists("bench/results/collectives-cpu-n2-run{1,9}.txt", ROOT)
+    assert OUTSIDE.search("`../shared/DESIGN.md` is the plan")
+    assert not OUTSIDE.search("collectives/transport/device/ and bench/results/")
