@@ -6,6 +6,8 @@ STAMP   := $(VENV)/.installed
 # Open MPI refuses root without these.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+# Open MPI 5's UCX one-sided component prints a harmless error when a shared window is made.
+export OMPI_MCA_osc := ^ucx
 NP      ?= 2
 CORES   := $(shell nproc)
 # --oversubscribe only when there are more ranks than cores: it also turns off

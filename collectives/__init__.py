@@ -5,6 +5,15 @@
     y = comm.all_reduce(x, op="sum")           # numpy or cupy array
     work = comm.reduce_scatter(g, async_op=True); ...; shard = work.wait()
 """
+import os
+
+# Open MPI 5's UCX one-sided component prints "OSC UCX component priority set
+# inside component query failed" on stderr the first time a shared-memory window
+# is made (comm.alloc, ZeroOptimizer's buffers); the window itself comes from the
+# "sm" component either way. Leave that component out unless the user chose one.
+# (Read by MPI_Init: effective when collectives is imported before mpi4py.MPI.)
+os.environ.setdefault("OMPI_MCA_osc", "^ucx")
+
 from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout, MismatchError
 from .simulate import simulate

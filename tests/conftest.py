@@ -21,7 +21,7 @@ def mpirun_cmd(n: int) -> list[str]:
 def mpi_env() -> dict:
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_osc=env.get("OMPI_MCA_osc", "^ucx"), PYTHONUNBUFFERED="1",
                PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
     return env
 
