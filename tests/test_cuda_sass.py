@@ -28,8 +28,24 @@ from collectives.kernels import launch
 from collectives.kernels.cuda_kernels import kernel_source
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-CUOBJDUMP = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump") or (
-    "/usr/local/cuda/bin/cuobjdump" if os.path.exists("/usr/local/cuda/bin/cuobjdump") else None)
+
+
+def _find_cuobjdump() -> str | None:
+    """$CUOBJDUMP, PATH, the CUDA toolkit, or the nvidia-cuda-cuobjdump wheel that
+    requirements.txt installs into the virtualenv (with nvdisasm beside it)."""
+    found = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if found:
+        return found
+    import sys
+    from pathlib import Path
+    for cand in (Path("/usr/local/cuda/bin/cuobjdump"),
+                 *Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump")):
+        if cand.exists():
+            return str(cand)
+    return None
+
+
+CUOBJDUMP = _find_cuobjdump()
 FILES = sorted(launch.kernel_names())
 SIZE = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8}
 
