@@ -31,6 +31,9 @@ from ..schedule import split_counts
 from .signals import DONE, INPUT, READY, REDUCED
 
 SMALL_BYTES = 32 * 1024  # all-reduces this small: one phase (every rank reduces all of it)
+# two ranks: one phase up to this size for heap inputs (always for staged ones, which
+# then skip both the second phase and the final wait)
+ONE_PHASE_2_BYTES = 32 * 1024
 CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
 _F32 = np.dtype(np.float32)
 STAGE_DST = -3  # a posted destination window: "my stage window"
@@ -65,15 +68,24 @@ class Direct:
         self._tmp: dict = {}
         self._need_scratch: dict = {}
         self._staged: dict = {}  # locations -> whether some input is staged
+        self.staged = False  # this call's
         self._stage = None
         self._key = None
 
     # ---------------------------------------------------------------- plans
     def _src(self, q, count, dt):
         loc = self.sig.loc(q, 0)
-        if loc[0] < 0:  # staged: at the start of q's stage window
-            loc = (self._stage.index, 0)
+        if loc[0] < 0:  # staged: in the half of q's stage window that this call uses
+            return self._staged_view(q, self.sig.epoch, count * dt.itemsize).view(dt)
         return self.heap.peer_view(q, loc, count, dt)
+
+    def _staged_view(self, q, epoch, nbytes):
+        """Node rank q's stage bytes for call ``epoch``: the window's two halves
+        alternate by call, so a rank may copy its next input in while a slow peer
+        still reads the last one (and needs no done-reading wait for it)."""
+        w = self._stage
+        o = (epoch & 1) * (w.nbytes // 2 // 64 * 64)
+        return w.peers[q][o:o + nbytes]
 
     def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None):
         """Post, wait for every header, check; stage inputs that are not in the heap.
@@ -85,23 +97,24 @@ class Direct:
         for plan caches."""
         sig = self.sig
         copy = xloc is None and (root is None or root == self.rank)
-        early = copy and self._stage is not None and self._stage.nbytes >= stage_bytes
+        early = copy and self._stage is not None and self._stage.nbytes // 2 // 64 * 64 >= stage_bytes
         if early:
-            np.copyto(self._stage.mine[:x.nbytes].view(x.dtype), _flat(x))
+            np.copyto(self._staged_view(self.rank, sig.epoch + 1, x.nbytes).view(x.dtype), _flat(x))
         base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst,
                         INPUT if xloc is not None or early else READY)
         sig.wait_all(ctx, base + READY, "header posted")
         sig.check(ctx)
         key = sig.locs_key()
-        staged = self._staged.get(key)
+        staged = self._staged.get((key, root))
         if staged is None:
-            staged = self._staged[key] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
+            staged = self._staged[(key, root)] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
+        self.staged = staged  # node-wide: some rank's input is staged this call
         if staged:
-            self._stage = self.heap.scratch(stage_bytes, "stage")
+            self._stage = self.heap.scratch(2 * (stage_bytes + 64), "stage")
             if copy and not early:
-                np.copyto(self._stage.mine[:x.nbytes].view(x.dtype), _flat(x))
+                np.copyto(self._staged_view(self.rank, sig.epoch, x.nbytes).view(x.dtype), _flat(x))
                 sig.raise_to(base + INPUT)
-            key = (key, self._stage.index)
+            key = (key, self._stage.index, sig.epoch & 1)
             if root is None:
                 sig.wait_all(ctx, base + INPUT, "input staged")
             elif self.rank != root and sig.slots[root][0] < base + INPUT:
@@ -154,10 +167,14 @@ class Direct:
                 ctx.tracer.event("recv", rank=ctx.rank, label=ctx.label, phase=phase, step=0, peer=w[q], seg=seg,
                                   nbytes=int(nbytes))
 
-    def _finish(self, ctx, base):
-        """Done reading peers' buffers; return once every peer is too."""
+    def _finish(self, ctx, base, xloc=0):
+        """Done reading peers' buffers; return once every peer is too. A rank whose
+        input was staged (``xloc`` None) and whose destination nobody reads need not
+        wait: peers read only its stage copy, whose half is not rewritten until
+        they have posted the next call (which every call waits for)."""
         self.sig.raise_to(base + DONE)
-        self.sig.wait_all(ctx, base + DONE, "done reading")
+        if xloc is not None:
+            self.sig.wait_all(ctx, base + DONE, "done reading")
 
     # ------------------------------------------------------------ collectives
     def all_reduce(self, ctx, hdr, x, out, op, xloc, oloc):
@@ -166,27 +183,8 @@ class Direct:
         # (our own copy: reduce there in place, STAGE_DST); else symmetric scratch
         dst = oloc if oloc is not None else (STAGE_DST, 0) if xloc is None else (-1, -1)
         base = self._start(ctx, hdr, x, xloc, x.nbytes, dst)
-        if x.nbytes <= SMALL_BYTES:
-            overlap = oloc is not None and xloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
-            key = ("ar1", count, dt, self._key)
-            srcs = self._plans.get(key)
-            if srcs is None:
-                srcs = self._cached(key, lambda: [self._src(q, count, dt) for q in range(n)])
-            if overlap:  # out is read by peers: reduce aside, copy once everyone is done
-                tmp = self._tmp.get((count, dt))
-                if tmp is None:
-                    tmp = self._tmp[(count, dt)] = np.empty(count, dt)
-                self._reduce(op, tmp, srcs)
-                if ctx.tracer is not None:
-                    self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
-                self._finish(ctx, base)
-                np.copyto(_flat(out), tmp)
-            else:
-                self._reduce(op, _flat(out), srcs)
-                if ctx.tracer is not None:
-                    self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
-                self._finish(ctx, base)
-            return
+        if x.nbytes <= SMALL_BYTES or (n == 2 and (self.staged or x.nbytes <= ONE_PHASE_2_BYTES)):
+            return self._ar_one_phase(ctx, base, x, out, op, xloc, oloc)
         locs = self._key
         scratch = self._need_scratch.get(locs)
         if scratch is None:
@@ -205,7 +203,44 @@ class Direct:
             np.copyto(dst, src)
         if ctx.tracer is not None:
             self._trace(ctx, "direct all-gather", [(q, q, src.nbytes) for q, _, src in gathers])
-        self._finish(ctx, base)
+        self._finish(ctx, base, None if xloc is None and oloc is None else 0)  # peers read our out when in the heap
+
+    def _ar_one_phase(self, ctx, base, x, out, op, xloc, oloc):
+        """Every rank reduces the whole vector, in rank order (the same bits on every
+        rank): one synchronisation instead of two. A staged rank reads its own x in
+        place (its stage copy is for the peers)."""
+        n, dt, count = self.size, x.dtype, x.size
+        key = ("ar1", count, dt, self._key)
+        srcs = self._plans.get(key)
+        if srcs is None:
+            srcs = self._cached(key, lambda: [self._src(q, count, dt) for q in range(n)])
+        if xloc is None:
+            srcs = list(srcs)
+            own = _flat(x)
+            # in place, more than two inputs: the chunked sum writes out before it reads
+            # the later inputs, so ours is read from its (identical) stage copy then
+            if n == 2 or not np.shares_memory(own, out):
+                srcs[self.rank] = own
+            self._reduce(op, _flat(out), srcs)
+            if ctx.tracer is not None:
+                self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
+            self._finish(ctx, base, xloc)
+            return
+        overlap = oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
+        if overlap:  # out is read by peers: reduce aside, copy once everyone is done
+            tmp = self._tmp.get((count, dt))
+            if tmp is None:
+                tmp = self._tmp[(count, dt)] = np.empty(count, dt)
+            self._reduce(op, tmp, srcs)
+            if ctx.tracer is not None:
+                self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
+            self._finish(ctx, base)
+            np.copyto(_flat(out), tmp)
+        else:
+            self._reduce(op, _flat(out), srcs)
+            if ctx.tracer is not None:
+                self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
+            self._finish(ctx, base)
 
     def _ar_plan(self, out, count, dt, dlocs, scratch):
         n, r = self.size, self.rank
@@ -218,7 +253,7 @@ class Direct:
 
         def dst_of(q):
             if dlocs[q][0] == STAGE_DST:
-                return self._stage.peers[q][:count * dt.itemsize].view(dt)
+                return self._staged_view(q, self.sig.epoch, count * dt.itemsize).view(dt)
             if dlocs[q][0] < 0:
                 return scratch.peers[q][:count * dt.itemsize].view(dt)
             return self.heap.peer_view(q, dlocs[q], count, dt)
@@ -235,48 +270,59 @@ class Direct:
     def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc, ranges=None):
         """Node rank r gets segment r, or with ``ranges`` (per node rank, a tuple of
         (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
-        sig, dt = self.sig, x.dtype
+        dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, x.nbytes)
         key = ("rs", x.size, dt, tuple(counts) if ranges is None else ranges, self._key)
         plan = self._cached(key, lambda: self._rs_plan(x.size, dt, ranges or _ranges(counts)))
         out = _flat(out)
-        for sl, srcs in plan:
+        r = self.rank
+        for sl, srcs, o, c in plan:
+            if xloc is None:  # staged: our own input read in place (the stage copy is the peers')
+                own = _flat(x)[o:o + c]
+                dst = out[sl]
+                if self.size == 2 or not np.shares_memory(own, dst):
+                    srcs = srcs[:]
+                    srcs[r] = own
             self._reduce(op, out[sl], srcs)
         if ctx.tracer is not None:
-            n = sum(srcs[0].nbytes for _, srcs in plan)
+            n = sum(p[1][0].nbytes for p in plan)
             self._trace(ctx, "direct reduce-scatter", [(q, self.rank, n) for q in range(self.size)])
-        self._finish(ctx, base)
+        self._finish(ctx, base, xloc)
 
     def _rs_plan(self, count, dt, ranges):
         views = [self._src(q, count, dt) for q in range(self.size)]
         plan, at = [], 0
         for o, c in ranges[self.rank]:
-            plan.append((slice(at, at + c), [v[o:o + c] for v in views]))
+            plan.append((slice(at, at + c), [v[o:o + c] for v in views], o, c))
             at += c
         return plan
 
     def all_gather(self, ctx, hdr, x, out, counts, xloc, ranges=None):
         """Every rank's x into out at its offset, or with ``ranges`` (per node rank, a
         tuple of (offset in out, count)) each rank's x split over those ranges."""
-        sig, dt = self.sig, x.dtype
+        dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
                            max(sum(c for _, c in r) for r in ranges) * dt.itemsize)
         key = ("ag", dt, tuple(counts) if ranges is None else ranges, self._key)
         pieces = self._cached(key, lambda: self._ag_plan(dt, ranges or _ranges(counts)))
-        out = _flat(out)
-        for sl, src in pieces:
+        out, xf, r = _flat(out), _flat(x), self.rank
+        for sl, src, q, at in pieces:
+            if q == r and xloc is None:  # staged: our own piece straight from x
+                src = xf[at:at + src.size]
+                if np.shares_memory(src, out):
+                    continue  # in place: already there (x is our piece of out)
             np.copyto(out[sl], src)
         if ctx.tracer is not None:
             self._trace(ctx, "direct all-gather", [(q, q, sum(c for _, c in rq) * dt.itemsize)
                                                    for q, rq in enumerate(ranges or _ranges(counts))])
-        self._finish(ctx, base)
+        self._finish(ctx, base, xloc)
 
     def _ag_plan(self, dt, ranges):
         plan = []
         for q, rq in enumerate(ranges):
             src, at = self._src(q, sum(c for _, c in rq), dt), 0
             for o, c in rq:
-                plan.append((slice(o, o + c), src[at:at + c]))
+                plan.append((slice(o, o + c), src[at:at + c], q, at))
                 at += c
         return plan
 
@@ -286,8 +332,7 @@ class Direct:
         if self.rank == root:
             if out is not x:
                 np.copyto(_flat(out), _flat(x))
-            sig.raise_to(base + DONE)
-            sig.wait_all(ctx, base + DONE, "done reading the root's buffer")
+            self._finish(ctx, base, xloc)  # staged: peers read the stage copy, not x
         else:
             np.copyto(_flat(out), self._src(root, x.size, x.dtype))
             if ctx.tracer is not None:

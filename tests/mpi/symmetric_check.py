@@ -241,7 +241,33 @@ def staged():
     phases = {e.get("phase") for e in t.data_events()}
     if n > 1 and not any(str(p).startswith("direct") for p in phases):
         failures.append(f"no direct reads traced: phases {phases}")
+    back_to_back(comm)
     comm.close()
+
+
+def back_to_back(comm):
+    """Staged calls back to back, values changing every call, one rank now and then
+    late: a rank that returns without waiting for its peers must not overwrite a
+    stage copy a slower peer is still reading (the halves alternate by call)."""
+    global cases
+    rng = np.random.default_rng(11)  # the same sizes on every rank
+    for i in range(150):
+        count = int(rng.integers(1, 1 << 18)) * n
+        v = float(i * n + rank + 1)
+        want = float(sum(i * n + q + 1 for q in range(n)))
+        x = np.full(count, v, np.float32)
+        if rank == i % n and i % 5 == 0:
+            time.sleep(0.002)
+        got = comm.all_reduce(x)
+        if not (got == want).all():
+            failures.append(f"back to back all_reduce #{i} count={count}: {np.unique(got)[:4]} != {want}")
+        got = comm.reduce_scatter(x)
+        if not (got == want).all():
+            failures.append(f"back to back reduce_scatter #{i} count={count}: {np.unique(got)[:4]} != {want}")
+        got = comm.all_gather(x[:count // n])
+        if not (got == np.repeat(np.arange(n, dtype=np.float32) + i * n + 1, count // n)).all():
+            failures.append(f"back to back all_gather #{i} count={count}")
+        cases += 3
 
 
 {"grid": grid, "mismatch": mismatch, "absent": absent, "staged": staged}[mode]()
