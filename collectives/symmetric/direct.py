@@ -69,6 +69,10 @@ class Direct:
         self._need_scratch: dict = {}
         self._staged: dict = {}  # locations -> whether some input is staged
         self.staged = False  # this call's
+        # staged calls whose (agreed) input is larger take the ring over MPI after the
+        # header check here (set by Symmetric when it stages, on one node)
+        self.ring_above: int | None = None
+        self.via_ring = False
         self._stage = None
         self._key = None
 
@@ -97,7 +101,8 @@ class Direct:
         for plan caches."""
         sig = self.sig
         copy = xloc is None and (root is None or root == self.rank)
-        early = copy and self._stage is not None and self._stage.nbytes // 2 // 64 * 64 >= stage_bytes
+        big = root is None and self.ring_above is not None and stage_bytes > self.ring_above
+        early = copy and not big and self._stage is not None and self._stage.nbytes // 2 // 64 * 64 >= stage_bytes
         if early:
             np.copyto(self._staged_view(self.rank, sig.epoch + 1, x.nbytes).view(x.dtype), _flat(x))
         base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst,
@@ -109,6 +114,9 @@ class Direct:
         if staged is None:
             staged = self._staged[(key, root)] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
         self.staged = staged  # node-wide: some rank's input is staged this call
+        self.via_ring = staged and big  # every rank decides alike: sizes and locations are agreed
+        if self.via_ring:
+            return base
         if staged:
             self._stage = self.heap.scratch(2 * (stage_bytes + 64), "stage")
             if copy and not early:
@@ -176,6 +184,27 @@ class Direct:
         if xloc is not None:
             self.sig.wait_all(ctx, base + DONE, "done reading")
 
+    def _by_ring(self, ctx, base, kind, x, out, counts, op):
+        """A large staged call: the ring over MPI point-to-point (collectives/ring.py)
+        once the headers agree here (its own agreement is skipped). Staging copies
+        every input once more than the ring's single-copy transfers move, which
+        from about a megabyte costs more than the direct reads save."""
+        from .. import ring
+        xf = _flat(x)
+        of = xf if out is x else _flat(out)
+        f = "sum" if op == "avg" else op
+        if kind == "all_reduce":
+            ring.all_reduce(ctx, xf, of, split_counts(xf.size, self.size, max(1, 64 // xf.itemsize)), f)
+        elif kind == "reduce_scatter":
+            if np.shares_memory(xf, of):  # the ring's reduce-scatter may not write into its input
+                xf = xf.copy()
+            ring.reduce_scatter(ctx, xf, of, list(counts), f)
+        else:
+            ring.all_gather(ctx, xf, of, list(counts))
+        if op == "avg":
+            NUMPY_KERNELS.scale(of, self.size)
+        self.sig.raise_to(base + DONE)
+
     # ------------------------------------------------------------ collectives
     def all_reduce(self, ctx, hdr, x, out, op, xloc, oloc):
         sig, n, dt, count = self.sig, self.size, x.dtype, x.size
@@ -183,6 +212,8 @@ class Direct:
         # (our own copy: reduce there in place, STAGE_DST); else symmetric scratch
         dst = oloc if oloc is not None else (STAGE_DST, 0) if xloc is None else (-1, -1)
         base = self._start(ctx, hdr, x, xloc, x.nbytes, dst)
+        if self.via_ring:
+            return self._by_ring(ctx, base, "all_reduce", x, out, None, op)
         if x.nbytes <= SMALL_BYTES or (n == 2 and (self.staged or x.nbytes <= ONE_PHASE_2_BYTES)):
             return self._ar_one_phase(ctx, base, x, out, op, xloc, oloc)
         locs = self._key
@@ -272,6 +303,8 @@ class Direct:
         (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
         dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, x.nbytes)
+        if self.via_ring:
+            return self._by_ring(ctx, base, "reduce_scatter", x, out, counts, op)
         key = ("rs", x.size, dt, tuple(counts) if ranges is None else ranges, self._key)
         plan = self._cached(key, lambda: self._rs_plan(x.size, dt, ranges or _ranges(counts)))
         out = _flat(out)
@@ -303,6 +336,8 @@ class Direct:
         dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
                            max(sum(c for _, c in r) for r in ranges) * dt.itemsize)
+        if self.via_ring:
+            return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
         key = ("ag", dt, tuple(counts) if ranges is None else ranges, self._key)
         pieces = self._cached(key, lambda: self._ag_plan(dt, ranges or _ranges(counts)))
         out, xf, r = _flat(out), _flat(x), self.rank

@@ -220,8 +220,8 @@ def staged():
     comm = Communicator(timeout=30)
     extra["stage"] = bool(comm._symmetric and comm._symmetric.stage)
     comm.tracer = t = Tracer()
-    heap = comm.alloc((20000 * n,), np.float32)
-    for count in (0, 5, 1000, 20000 * n):
+    heap = comm.alloc((200000 * n,), np.float32)
+    for count in (0, 5, 1000, 20000 * n, 200000 * n):  # the last: staged calls that take the ring
         for mixed in (False, True):
             x = heap[:count] if mixed and rank == 0 else np.empty(count, np.float32)
             x[:] = data(count, rank, np.float32)
@@ -241,6 +241,10 @@ def staged():
     phases = {e.get("phase") for e in t.data_events()}
     if n > 1 and not any(str(p).startswith("direct") for p in phases):
         failures.append(f"no direct reads traced: phases {phases}")
+    if n > 1 and comm._symmetric.direct.ring_above is not None and not any(
+            p and not str(p).startswith("direct") for p in phases):
+        failures.append(f"large staged calls did not take the ring: phases {phases}")
+    extra["phases"] = sorted(map(str, phases))
     back_to_back(comm)
     comm.close()
 
