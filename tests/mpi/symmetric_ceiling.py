@@ -15,6 +15,7 @@ Per collective and size, median microseconds of:
 call - algo is the communicator's per-call cost (shared by every algorithm),
 algo - bare is the direct protocol's own cost.
 """
+import os
 import sys
 import time
 
@@ -66,6 +67,7 @@ def row(name, kib, t):
               f"mpi/bare {m / bare:5.2f}x  raw/bare {raw / bare:5.2f}x", flush=True)
 
 
+ar_times = []
 for kib in sizes:
     count = kib * 256
     half = count // 2
@@ -97,6 +99,7 @@ for kib in sizes:
     t = timeit([lambda: ring.all_reduce(sx, out=so), lambda: orig(*a), bare_ar1, bare_ar2,
                 lambda: mpi.all_reduce(px, out=po), lambda: world.Allreduce(px, po, MPI.SUM)], reps)
     row("all_reduce", kib, t[:2] + [min(t[2], t[3])] + t[4:])
+    ar_times.append((kib, t))
     if rank == 0:
         print(f"{'':15s} {kib:6d} KiB  bare one phase {t[2]:8.1f} us, two phases {t[3]:8.1f} us", flush=True)
 
@@ -120,5 +123,19 @@ for kib in sizes:
     row("all_gather", kib, timeit([lambda: ring.all_gather(sx, out=sg), lambda: orig(*a), bare_ag,
                                    lambda: mpi.all_gather(px, out=pg),
                                    lambda: world.Allgather(px, pg)], reps))
+# the memory roofline as bench/collectives.py measures it (rank 0 alone, right after)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench"))
+from membw import measure_membw  # noqa: E402  (bench/membw.py)
+
+world.Barrier()
+if rank == 0:
+    bw = measure_membw()
+    print(f"# memory bandwidth (copy, read + write), measured now: {bw:.2f} GB/s", flush=True)
+    for kib, t in ar_times:  # busbw of a two-rank all-reduce = bytes / time
+        b = [kib * 1024 / (v * 1e-6) / 1e9 for v in t]
+        print(f"# all_reduce {kib} KiB busbw GB/s: call {b[0]:.2f} ({b[0] / bw:.0%} of roofline), algo {b[1]:.2f}, "
+              f"bare one phase {b[2]:.2f} ({b[2] / bw:.0%}), bare two phases {b[3]:.2f} ({b[3] / bw:.0%}), "
+              f"mpi {b[4]:.2f}", flush=True)
+world.Barrier()
 ring.close()
 mpi.close()
