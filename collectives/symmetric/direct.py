@@ -52,6 +52,7 @@ class Direct(AllReduce):
         self.rank, self.size = heap.rank, heap.size
         self._plans: dict = {}
         self._tmp: dict = {}
+        self._work: dict = {}  # views bound to the caller's arrays (see _bind)
         self._need_scratch: dict = {}
         self._staged: dict = {}  # locations -> whether some input is staged
         self.staged = False  # this call's
@@ -199,22 +200,40 @@ class Direct(AllReduce):
         base = self._start(ctx, hdr, x, xloc, x.nbytes)
         if self.via_ring:
             return self._by_ring(ctx, base, "reduce_scatter", x, out, counts, op)
-        key = ("rs", x.size, dt, tuple(counts) if ranges is None else ranges, self._key)
-        plan = self._cached(key, lambda: self._rs_plan(x.size, dt, ranges or _ranges(counts)))
-        out = _flat(out)
-        r = self.rank
+        ckey = tuple(counts) if ranges is None else ranges
+        wkey = ("rs", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
+        work = self._work.get(wkey)
+        if work is None or work[0] is not x or work[1] is not out:
+            work = self._bind(wkey, x, out, self._rs_work(x, out, xloc, ckey, ranges or _ranges(counts)))
+        for dst, srcs in work[2]:
+            self._reduce(op, dst, srcs)
+        if ctx.tracer is not None:
+            n = sum(srcs[0].nbytes for _, srcs in work[2])
+            self._trace(ctx, "direct reduce-scatter", [(q, self.rank, n) for q in range(self.size)])
+        self._finish(ctx, base, xloc)
+
+    def _bind(self, wkey, x, out, work):
+        """Remember the views a call on these very arrays reads and writes (the
+        arrays are kept alive with them, so their ids stay theirs)."""
+        if len(self._work) > 64:
+            self._work.clear()
+        w = self._work[wkey] = (x, out, work)
+        return w
+
+    def _rs_work(self, x, out, xloc, ckey, ranges):
+        """(destination view, source views) per range, for these x and out."""
+        dt, r = x.dtype, self.rank
+        plan = self._cached(("rs", x.size, dt, ckey, self._key), lambda: self._rs_plan(x.size, dt, ranges))
+        xf, of, work = _flat(x), _flat(out), []
         for sl, srcs, o, c in plan:
+            dst = of[sl]
             if xloc is None:  # staged: our own input read in place (the stage copy is the peers')
-                own = _flat(x)[o:o + c]
-                dst = out[sl]
+                own = xf[o:o + c]
                 if self.size == 2 or not np.shares_memory(own, dst):
                     srcs = srcs[:]
                     srcs[r] = own
-            self._reduce(op, out[sl], srcs)
-        if ctx.tracer is not None:
-            n = sum(p[1][0].nbytes for p in plan)
-            self._trace(ctx, "direct reduce-scatter", [(q, self.rank, n) for q in range(self.size)])
-        self._finish(ctx, base, xloc)
+            work.append((dst, srcs))
+        return work
 
     def _rs_plan(self, count, dt, ranges):
         views = [self._src(q, count, dt) for q in range(self.size)]
@@ -232,19 +251,30 @@ class Direct(AllReduce):
                            max(sum(c for _, c in r) for r in ranges) * dt.itemsize)
         if self.via_ring:
             return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
-        key = ("ag", dt, tuple(counts) if ranges is None else ranges, self._key)
-        pieces = self._cached(key, lambda: self._ag_plan(dt, ranges or _ranges(counts)))
-        out, xf, r = _flat(out), _flat(x), self.rank
-        for sl, src, q, at in pieces:
-            if q == r and xloc is None:  # staged: our own piece straight from x
-                src = xf[at:at + src.size]
-                if np.shares_memory(src, out):
-                    continue  # in place: already there (x is our piece of out)
-            np.copyto(out[sl], src)
+        ckey = tuple(counts) if ranges is None else ranges
+        wkey = ("ag", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
+        work = self._work.get(wkey)
+        if work is None or work[0] is not x or work[1] is not out:
+            work = self._bind(wkey, x, out, self._ag_work(x, out, xloc, ckey, ranges or _ranges(counts)))
+        for dst, src in work[2]:
+            np.copyto(dst, src)
         if ctx.tracer is not None:
             self._trace(ctx, "direct all-gather", [(q, q, sum(c for _, c in rq) * dt.itemsize)
                                                    for q, rq in enumerate(ranges or _ranges(counts))])
         self._finish(ctx, base, xloc)
+
+    def _ag_work(self, x, out, xloc, ckey, ranges):
+        """(destination view, source view) per piece, for these x and out."""
+        dt, r = x.dtype, self.rank
+        pieces = self._cached(("ag", dt, ckey, self._key), lambda: self._ag_plan(dt, ranges))
+        of, xf, work = _flat(out), _flat(x), []
+        for sl, src, q, at in pieces:
+            if q == r and xloc is None:  # staged: our own piece straight from x
+                src = xf[at:at + src.size]
+                if np.shares_memory(src, of):
+                    continue  # in place: already there (x is our piece of out)
+            work.append((of[sl], src))
+        return work
 
     def _ag_plan(self, dt, ranges):
         plan = []
