@@ -89,7 +89,9 @@ class Direct(AllReduce):
         sig = self.sig
         copy = xloc is None and (root is None or root == self.rank)
         big = root is None and self.ring_above is not None and stage_bytes > self.ring_above
-        early = copy and not big and self._stage is not None and self._stage.nbytes // 2 // 64 * 64 >= stage_bytes
+        need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
+        # early only when the window will not grow below (the copy would be lost)
+        early = copy and not big and self._stage is not None and self._stage.nbytes >= need
         if early:
             np.copyto(self._staged_view(self.rank, sig.epoch + 1, x.nbytes).view(x.dtype), _flat(x))
         base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst,
@@ -105,7 +107,7 @@ class Direct(AllReduce):
         if self.via_ring:
             return base
         if staged:
-            self._stage = self.heap.scratch(2 * (stage_bytes + 64), "stage")
+            self._stage = self.heap.scratch(need, "stage")
             if copy and not early:
                 np.copyto(self._staged_view(self.rank, sig.epoch, x.nbytes).view(x.dtype), _flat(x))
                 sig.raise_to(base + INPUT)

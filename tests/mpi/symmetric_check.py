@@ -247,6 +247,20 @@ def staged():
     extra["phases"] = sorted(map(str, phases))
     back_to_back(comm)
     comm.close()
+    stage_edges()
+
+
+def stage_edges():
+    """A staged input exactly half the stage window: copied in before posting, so
+    the window must not grow under it (bench/collectives.py's 1 MiB all-gather
+    read garbage when it did)."""
+    comm = Communicator(timeout=30)
+    for count in (65536, 131072):  # 256 KiB (the window: 1 MiB), then 512 KiB, half of it
+        x = np.full(count, float(rank + 1), np.float32)
+        check(f"stage edge all_reduce count={count}", comm.all_reduce(x), np.full(count, n * (n + 1) / 2, np.float32))
+        check(f"stage edge all_gather count={count}", comm.all_gather(x),
+              np.repeat(np.arange(1, n + 1, dtype=np.float32), count))
+    comm.close()
 
 
 def back_to_back(comm):
