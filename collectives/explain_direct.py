@@ -9,7 +9,7 @@ numpy array per rank that every thread can see: ``StandInHeap`` gives
 such arrays. Driving the real code (rather than re-deriving its schedule)
 means that what explain shows is what runs: the header agreement, the
 flags, which rank reads which bytes of whose buffer, and the two phases of
-a large all-reduce (one phase up to ``SMALL_BYTES``). The reads are
+a large all-reduce (one phase up to ``SMALL_BYTES``, on two ranks up to ``ONE_PHASE_2_BYTES``). The reads are
 recorded by the code's own trace events (phase "direct ..."), checked
 against ``volumes.direct_volumes`` and every result against numpy.
 """
@@ -27,7 +27,8 @@ from .header import ALGORITHMS, COLLECTIVES, make_header
 from .kernels import NUMPY_KERNELS
 from .schedule import offsets, split_counts
 from .simulate import simulate
-from .symmetric.direct import SMALL_BYTES, Direct
+from .symmetric.allreduce import ONE_PHASE_2_BYTES, SMALL_BYTES
+from .symmetric.direct import Direct
 from .symmetric.signals import Signals
 from .trace import Tracer
 from .volumes import direct_volumes
@@ -131,7 +132,9 @@ def direct_counts(op: str, world: int, count: int, dtype, counts=None) -> tuple[
     or an even split."""
     dt = np.dtype(dtype)
     if op == "all_reduce":
-        return split_counts(count, world, max(1, 64 // dt.itemsize)), count * dt.itemsize <= SMALL_BYTES
+        nbytes = count * dt.itemsize  # explain's inputs are heap arrays, never reduced in place
+        one_phase = nbytes <= SMALL_BYTES or (world == 2 and nbytes <= ONE_PHASE_2_BYTES)
+        return split_counts(count, world, max(1, 64 // dt.itemsize)), one_phase
     return (list(counts) if counts is not None else split_counts(count, world)), False
 
 

@@ -21,6 +21,9 @@ from .direct import Direct
 from .heap import Heap, node_comm
 from .signals import Signals
 
+# staged inputs larger than this take the ring after the header check (see Direct._by_ring)
+STAGE_RING_ABOVE = 512 * 1024
+
 __all__ = ["Symmetric", "Heap", "Direct", "Signals", "node_comm", "staged"]
 
 
@@ -33,6 +36,8 @@ def staged(comm):
         return None
     sym = Symmetric(comm)
     sym.stage = True
+    if sym.single_node:
+        sym.direct.ring_above = STAGE_RING_ABOVE
     return sym
 
 

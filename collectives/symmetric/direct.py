@@ -9,17 +9,19 @@ peer has posted, compares the headers (signals.py), and only then reads:
   source segment, in cache-sized chunks (the partial result stays in cache
   while the next peer's chunk streams in), straight into ``out``.
 - all-gather: each rank copies every peer's piece into ``out``.
-- all-reduce: the two with no copy in between. Each rank reduces its segment
-  into its destination (``out`` when that is in the heap, else symmetric
-  scratch), raises its flag, and copies each peer's reduced segment as soon
-  as that peer's flag says it is there. Small all-reduces (up to
-  ``SMALL_BYTES``) skip the second phase: every rank reduces the whole
-  vector, in rank order, so every rank computes the same bits.
+- all-reduce (allreduce.py): the two with no copy in between, or one phase
+  where every rank reduces the whole vector.
 - broadcast: every rank copies the root's buffer.
 
 Each element is read once from each rank and written once. Before
 returning, every rank waits until every peer says it is done reading (the
-caller may overwrite its buffers as soon as we return).
+caller may overwrite its buffers as soon as we return), unless peers read
+only its stage copy (see _finish).
+
+Ordinary arrays are staged (``COLLECTIVES_STAGE=1``): copied into one half
+of a symmetric stage window, the halves alternating by call; above
+``ring_above`` bytes a staged call takes the ring over MPI after the header
+check instead (``_by_ring``).
 """
 from __future__ import annotations
 
@@ -27,19 +29,15 @@ import numpy as np
 
 from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
-from ..schedule import offsets, split_counts
-from .signals import DONE, INPUT, READY, REDUCED
+from ..schedule import offsets
+from .allreduce import AllReduce, _flat
+from .by_ring import by_ring
+from .signals import DONE, INPUT, READY
 
-SMALL_BYTES = 32 * 1024  # all-reduces this small: one phase (every rank reduces all of it)
 CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
 _F32 = np.dtype(np.float32)
-STAGE_DST = -3  # a posted destination window: "my stage window"
 _HALF = frozenset(to_dtype(h) for h in HALF)
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
-def _flat(a):
-    return a if a.ndim == 1 else a.reshape(-1)
 
 
 def _ranges(counts):
@@ -47,7 +45,7 @@ def _ranges(counts):
     return tuple(((o, c),) for o, c in zip(offsets(counts), counts))
 
 
-class Direct:
+class Direct(AllReduce):
     """The direct algorithms over one node's heap and control slots."""
 
     def __init__(self, heap, signals):
@@ -55,17 +53,31 @@ class Direct:
         self.rank, self.size = heap.rank, heap.size
         self._plans: dict = {}
         self._tmp: dict = {}
+        self._work: dict = {}  # views bound to the caller's arrays (see _bind)
         self._need_scratch: dict = {}
         self._staged: dict = {}  # locations -> whether some input is staged
+        self.staged = False  # this call's
+        # staged calls whose (agreed) input is larger take the ring over MPI after the
+        # header check here (set by Symmetric when it stages, on one node)
+        self.ring_above: int | None = None
+        self.via_ring = False
         self._stage = None
         self._key = None
 
     # ---------------------------------------------------------------- plans
     def _src(self, q, count, dt):
         loc = self.sig.loc(q, 0)
-        if loc[0] < 0:  # staged: at the start of q's stage window
-            loc = (self._stage.index, 0)
+        if loc[0] < 0:  # staged: in the half of q's stage window that this call uses
+            return self._staged_view(q, self.sig.epoch, count * dt.itemsize).view(dt)
         return self.heap.peer_view(q, loc, count, dt)
+
+    def _staged_view(self, q, epoch, nbytes):
+        """Node rank q's stage bytes for call ``epoch``: the window's two halves
+        alternate by call, so a rank may copy its next input in while a slow peer
+        still reads the last one (and needs no done-reading wait for it)."""
+        w = self._stage
+        o = (epoch & 1) * (w.nbytes // 2 // 64 * 64)
+        return w.peers[q][o:o + nbytes]
 
     def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None):
         """Post, wait for every header, check; stage inputs that are not in the heap.
@@ -77,23 +89,30 @@ class Direct:
         for plan caches."""
         sig = self.sig
         copy = xloc is None and (root is None or root == self.rank)
-        early = copy and self._stage is not None and self._stage.nbytes >= stage_bytes
+        big = root is None and self.ring_above is not None and stage_bytes > self.ring_above
+        need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
+        # early only when the window will not grow below (the copy would be lost)
+        early = copy and not big and self._stage is not None and self._stage.nbytes >= need
         if early:
-            np.copyto(self._stage.mine[:x.nbytes].view(x.dtype), _flat(x))
+            np.copyto(self._staged_view(self.rank, sig.epoch + 1, x.nbytes).view(x.dtype), _flat(x))
         base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst,
                         INPUT if xloc is not None or early else READY)
         sig.wait_all(ctx, base + READY, "header posted")
         sig.check(ctx)
         key = sig.locs_key()
-        staged = self._staged.get(key)
+        staged = self._staged.get((key, root))
         if staged is None:
-            staged = self._staged[key] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
+            staged = self._staged[(key, root)] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
+        self.staged = staged  # node-wide: some rank's input is staged this call
+        self.via_ring = staged and big  # every rank decides alike: sizes and locations are agreed
+        if self.via_ring:
+            return base
         if staged:
-            self._stage = self.heap.scratch(stage_bytes, "stage")
+            self._stage = self.heap.scratch(need, "stage")
             if copy and not early:
-                np.copyto(self._stage.mine[:x.nbytes].view(x.dtype), _flat(x))
+                np.copyto(self._staged_view(self.rank, sig.epoch, x.nbytes).view(x.dtype), _flat(x))
                 sig.raise_to(base + INPUT)
-            key = (key, self._stage.index)
+            key = (key, self._stage.index, sig.epoch & 1)
             if root is None:
                 sig.wait_all(ctx, base + INPUT, "input staged")
             elif self.rank != root and sig.slots[root][0] < base + INPUT:
@@ -146,129 +165,107 @@ class Direct:
                 ctx.tracer.event("recv", rank=ctx.rank, label=ctx.label, phase=phase, step=0, peer=w[q], seg=seg,
                                   nbytes=int(nbytes))
 
-    def _finish(self, ctx, base):
-        """Done reading peers' buffers; return once every peer is too."""
+    def _finish(self, ctx, base, xloc=0):
+        """Done reading peers' buffers; return once every peer is too. A rank whose
+        input was staged (``xloc`` None) and whose destination nobody reads need not
+        wait: peers read only its stage copy, whose half is not rewritten until
+        they have posted the next call (which every call waits for)."""
         self.sig.raise_to(base + DONE)
-        self.sig.wait_all(ctx, base + DONE, "done reading")
+        if xloc is not None:
+            self.sig.wait_all(ctx, base + DONE, "done reading")
+
+    _by_ring = by_ring  # large staged calls: the ring over MPI (by_ring.py)
 
     # ------------------------------------------------------------ collectives
-    def all_reduce(self, ctx, hdr, x, out, op, xloc, oloc):
-        sig, n, dt, count = self.sig, self.size, x.dtype, x.size
-        # destination: out when in the heap; else our stage window when x is staged
-        # (our own copy: reduce there in place, STAGE_DST); else symmetric scratch
-        dst = oloc if oloc is not None else (STAGE_DST, 0) if xloc is None else (-1, -1)
-        base = self._start(ctx, hdr, x, xloc, x.nbytes, dst)
-        if x.nbytes <= SMALL_BYTES:
-            overlap = oloc is not None and xloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
-            key = ("ar1", count, dt, self._key)
-            srcs = self._plans.get(key)
-            if srcs is None:
-                srcs = self._cached(key, lambda: [self._src(q, count, dt) for q in range(n)])
-            if overlap:  # out is read by peers: reduce aside, copy once everyone is done
-                tmp = self._tmp.get((count, dt))
-                if tmp is None:
-                    tmp = self._tmp[(count, dt)] = np.empty(count, dt)
-                self._reduce(op, tmp, srcs)
-                if ctx.tracer is not None:
-                    self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
-                self._finish(ctx, base)
-                np.copyto(_flat(out), tmp)
-            else:
-                self._reduce(op, _flat(out), srcs)
-                if ctx.tracer is not None:
-                    self._trace(ctx, "direct read", [(q, 0, x.nbytes) for q in range(n)])
-                self._finish(ctx, base)
-            return
-        locs = self._key
-        scratch = self._need_scratch.get(locs)
-        if scratch is None:
-            scratch = self._need_scratch[locs] = any(w == -1 for w, _ in self._locs(1))
-        if scratch:  # some rank's out is private: segments are reduced into symmetric scratch
-            scratch = self.heap.scratch(x.nbytes)
-        key = ("ar", count, dt, locs, scratch.index if scratch else -1, id(out) if oloc is None else 0)
-        srcs, mine, gathers, _ = self._cached(key, lambda: self._ar_plan(out, count, dt, self._locs(1), scratch))
-        self._reduce(op, mine, srcs)
-        if ctx.tracer is not None:
-            self._trace(ctx, "direct reduce-scatter", [(q, self.rank, mine.nbytes) for q in range(n)])
-        sig.raise_to(base + REDUCED)
-        for q, dst, src in gathers:
-            if sig.slots[q][0] < base + REDUCED:
-                sig.wait(ctx, q, base + REDUCED, "segment reduced")
-            np.copyto(dst, src)
-        if ctx.tracer is not None:
-            self._trace(ctx, "direct all-gather", [(q, q, src.nbytes) for q, _, src in gathers])
-        self._finish(ctx, base)
-
-    def _ar_plan(self, out, count, dt, dlocs, scratch):
-        n, r = self.size, self.rank
-        counts = split_counts(count, n, max(1, 64 // dt.itemsize))
-        offs = offsets(counts)
-        seg = [slice(o, o + c) for o, c in zip(offs, counts)]
-        # our own source first: in place, our destination segment is that source, and
-        # the chunked reduction writes a chunk before it adds the later peers into it
-        srcs = [self._src(q, count, dt)[seg[r]] for q in [r] + [q for q in range(n) if q != r]]
-
-        def dst_of(q):
-            if dlocs[q][0] == STAGE_DST:
-                return self._stage.peers[q][:count * dt.itemsize].view(dt)
-            if dlocs[q][0] < 0:
-                return scratch.peers[q][:count * dt.itemsize].view(dt)
-            return self.heap.peer_view(q, dlocs[q], count, dt)
-        private = dlocs[r][0] < 0
-        mine = dst_of(r)[seg[r]]
-        keep, out = out, _flat(out)
-        if not private:  # write through the heap's own view: the plan needs no user object
-            out = dst_of(r)
-        gathers = [(q, out[seg[q]], dst_of(q)[seg[q]]) for q in range(n) if q != r]
-        if private:
-            gathers.append((r, out[seg[r]], mine))
-        return srcs, mine, gathers, keep  # the caller's out kept alive: the key holds its id
-
     def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc, ranges=None):
         """Node rank r gets segment r, or with ``ranges`` (per node rank, a tuple of
         (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
-        sig, dt = self.sig, x.dtype
+        dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, x.nbytes)
-        key = ("rs", x.size, dt, tuple(counts) if ranges is None else ranges, self._key)
-        plan = self._cached(key, lambda: self._rs_plan(x.size, dt, ranges or _ranges(counts)))
-        out = _flat(out)
-        for sl, srcs in plan:
-            self._reduce(op, out[sl], srcs)
+        if self.via_ring:
+            return self._by_ring(ctx, base, "reduce_scatter", x, out, counts, op)
+        ckey = tuple(counts) if ranges is None else ranges
+        wkey = ("rs", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
+        work = self._work.get(wkey)
+        if work is None or work[0] is not x or work[1] is not out:
+            work = self._bind(wkey, x, out, self._rs_work(x, out, xloc, ckey, ranges or _ranges(counts)))
+        for dst, srcs in work[2]:
+            self._reduce(op, dst, srcs)
         if ctx.tracer is not None:
-            n = sum(srcs[0].nbytes for _, srcs in plan)
+            n = sum(srcs[0].nbytes for _, srcs in work[2])
             self._trace(ctx, "direct reduce-scatter", [(q, self.rank, n) for q in range(self.size)])
-        self._finish(ctx, base)
+        self._finish(ctx, base, xloc)
+
+    def _bind(self, wkey, x, out, work):
+        """Remember the views a call on these very arrays reads and writes (the
+        arrays are kept alive with them, so their ids stay theirs)."""
+        if len(self._work) > 64:
+            self._work.clear()
+        w = self._work[wkey] = (x, out, work)
+        return w
+
+    def _rs_work(self, x, out, xloc, ckey, ranges):
+        """(destination view, source views) per range, for these x and out."""
+        dt, r = x.dtype, self.rank
+        plan = self._cached(("rs", x.size, dt, ckey, self._key), lambda: self._rs_plan(x.size, dt, ranges))
+        xf, of, work = _flat(x), _flat(out), []
+        for sl, srcs, o, c in plan:
+            dst = of[sl]
+            if xloc is None:  # staged: our own input read in place (the stage copy is the peers')
+                own = xf[o:o + c]
+                if self.size == 2 or not np.shares_memory(own, dst):
+                    srcs = srcs[:]
+                    srcs[r] = own
+            work.append((dst, srcs))
+        return work
 
     def _rs_plan(self, count, dt, ranges):
         views = [self._src(q, count, dt) for q in range(self.size)]
         plan, at = [], 0
         for o, c in ranges[self.rank]:
-            plan.append((slice(at, at + c), [v[o:o + c] for v in views]))
+            plan.append((slice(at, at + c), [v[o:o + c] for v in views], o, c))
             at += c
         return plan
 
     def all_gather(self, ctx, hdr, x, out, counts, xloc, ranges=None):
         """Every rank's x into out at its offset, or with ``ranges`` (per node rank, a
         tuple of (offset in out, count)) each rank's x split over those ranges."""
-        sig, dt = self.sig, x.dtype
+        dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
                            max(sum(c for _, c in r) for r in ranges) * dt.itemsize)
-        key = ("ag", dt, tuple(counts) if ranges is None else ranges, self._key)
-        pieces = self._cached(key, lambda: self._ag_plan(dt, ranges or _ranges(counts)))
-        out = _flat(out)
-        for sl, src in pieces:
-            np.copyto(out[sl], src)
+        if self.via_ring:
+            return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
+        ckey = tuple(counts) if ranges is None else ranges
+        wkey = ("ag", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
+        work = self._work.get(wkey)
+        if work is None or work[0] is not x or work[1] is not out:
+            work = self._bind(wkey, x, out, self._ag_work(x, out, xloc, ckey, ranges or _ranges(counts)))
+        for dst, src in work[2]:
+            np.copyto(dst, src)
         if ctx.tracer is not None:
             self._trace(ctx, "direct all-gather", [(q, q, sum(c for _, c in rq) * dt.itemsize)
                                                    for q, rq in enumerate(ranges or _ranges(counts))])
-        self._finish(ctx, base)
+        self._finish(ctx, base, xloc)
+
+    def _ag_work(self, x, out, xloc, ckey, ranges):
+        """(destination view, source view) per piece, for these x and out."""
+        dt, r = x.dtype, self.rank
+        pieces = self._cached(("ag", dt, ckey, self._key), lambda: self._ag_plan(dt, ranges))
+        of, xf, work = _flat(out), _flat(x), []
+        for sl, src, q, at in pieces:
+            if q == r and xloc is None:  # staged: our own piece straight from x
+                src = xf[at:at + src.size]
+                if np.shares_memory(src, of):
+                    continue  # in place: already there (x is our piece of out)
+            work.append((of[sl], src))
+        return work
 
     def _ag_plan(self, dt, ranges):
         plan = []
         for q, rq in enumerate(ranges):
             src, at = self._src(q, sum(c for _, c in rq), dt), 0
             for o, c in rq:
-                plan.append((slice(o, o + c), src[at:at + c]))
+                plan.append((slice(o, o + c), src[at:at + c], q, at))
                 at += c
         return plan
 
@@ -278,8 +275,7 @@ class Direct:
         if self.rank == root:
             if out is not x:
                 np.copyto(_flat(out), _flat(x))
-            sig.raise_to(base + DONE)
-            sig.wait_all(ctx, base + DONE, "done reading the root's buffer")
+            self._finish(ctx, base, xloc)  # staged: peers read the stage copy, not x
         else:
             np.copyto(_flat(out), self._src(root, x.size, x.dtype))
             if ctx.tracer is not None:

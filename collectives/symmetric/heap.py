@@ -106,7 +106,11 @@ class Heap:
             if s is not None:
                 self.windows[s.index] = None
                 s.free()
-            s = self._scratch[name] = self._window(max(nbytes, 1 << 16))
+            # powers of two: a sweep of sizes reallocates a few times, not at every size
+            # (each Allocate_shared is a collective call, and Open MPI's component
+            # selection inside it has crashed now and then: "free(): invalid pointer"
+            # in ucp_cleanup, while the UCX one-sided component declines)
+            s = self._scratch[name] = self._window(max(1 << 16, 1 << (int(nbytes) - 1).bit_length()))
         return s
 
     def locate(self, x):

@@ -220,8 +220,8 @@ def staged():
     comm = Communicator(timeout=30)
     extra["stage"] = bool(comm._symmetric and comm._symmetric.stage)
     comm.tracer = t = Tracer()
-    heap = comm.alloc((20000 * n,), np.float32)
-    for count in (0, 5, 1000, 20000 * n):
+    heap = comm.alloc((200000 * n,), np.float32)
+    for count in (0, 5, 1000, 20000 * n, 200000 * n):  # the last: staged calls that take the ring
         for mixed in (False, True):
             x = heap[:count] if mixed and rank == 0 else np.empty(count, np.float32)
             x[:] = data(count, rank, np.float32)
@@ -241,7 +241,51 @@ def staged():
     phases = {e.get("phase") for e in t.data_events()}
     if n > 1 and not any(str(p).startswith("direct") for p in phases):
         failures.append(f"no direct reads traced: phases {phases}")
+    if n > 1 and comm._symmetric.direct.ring_above is not None and not any(
+            p and not str(p).startswith("direct") for p in phases):
+        failures.append(f"large staged calls did not take the ring: phases {phases}")
+    extra["phases"] = sorted(map(str, phases))
+    back_to_back(comm)
     comm.close()
+    stage_edges()
+
+
+def stage_edges():
+    """A staged input exactly half the stage window: copied in before posting, so
+    the window must not grow under it (bench/collectives.py's 1 MiB all-gather
+    read garbage when it did)."""
+    comm = Communicator(timeout=30)
+    for count in (65536, 131072):  # 256 KiB (the window: 1 MiB), then 512 KiB, half of it
+        x = np.full(count, float(rank + 1), np.float32)
+        check(f"stage edge all_reduce count={count}", comm.all_reduce(x), np.full(count, n * (n + 1) / 2, np.float32))
+        check(f"stage edge all_gather count={count}", comm.all_gather(x),
+              np.repeat(np.arange(1, n + 1, dtype=np.float32), count))
+    comm.close()
+
+
+def back_to_back(comm):
+    """Staged calls back to back, values changing every call, one rank now and then
+    late: a rank that returns without waiting for its peers must not overwrite a
+    stage copy a slower peer is still reading (the halves alternate by call)."""
+    global cases
+    rng = np.random.default_rng(11)  # the same sizes on every rank
+    for i in range(150):
+        count = int(rng.integers(1, 1 << 18)) * n
+        v = float(i * n + rank + 1)
+        want = float(sum(i * n + q + 1 for q in range(n)))
+        x = np.full(count, v, np.float32)
+        if rank == i % n and i % 5 == 0:
+            time.sleep(0.002)
+        got = comm.all_reduce(x)
+        if not (got == want).all():
+            failures.append(f"back to back all_reduce #{i} count={count}: {np.unique(got)[:4]} != {want}")
+        got = comm.reduce_scatter(x)
+        if not (got == want).all():
+            failures.append(f"back to back reduce_scatter #{i} count={count}: {np.unique(got)[:4]} != {want}")
+        got = comm.all_gather(x[:count // n])
+        if not (got == np.repeat(np.arange(n, dtype=np.float32) + i * n + 1, count // n)).all():
+            failures.append(f"back to back all_gather #{i} count={count}")
+        cases += 3
 
 
 {"grid": grid, "mismatch": mismatch, "absent": absent, "staged": staged}[mode]()
