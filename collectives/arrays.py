@@ -130,6 +130,11 @@ class _Torch:
     name = "torch tensor"
 
     def adapt(self, t, name, writable):
+        if type(t) is _TENSOR[0] and t.is_cpu and not t.requires_grad and t.is_contiguous():  # the common case
+            dt = _TORCH_DTYPES.get(t.dtype)
+            if dt is not None and dt is not _BF16:
+                a = t.numpy()  # zero-copy; no detach() needed without autograd, no dtype detour
+                return Array(t, a if a.ndim == 1 else a.reshape(-1), NUMPY_KERNELS, False, self)
         import torch
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (got strides {tuple(t.stride())}); pass .contiguous() "
@@ -155,10 +160,12 @@ class _Torch:
 
 
 _TORCH_DTYPES: dict = {}
+_TENSOR = [None]  # torch.Tensor, once a tensor has been adapted (torch stays unimported till then)
 
 
 def _torch_dtype(torch, dtype, name) -> np.dtype:
     if not _TORCH_DTYPES:
+        _TENSOR[0] = torch.Tensor
         _TORCH_DTYPES.update({torch.float16: np.dtype(np.float16), torch.bfloat16: _BF16,
                               torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
                               torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64)})

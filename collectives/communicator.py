@@ -247,6 +247,8 @@ class Communicator(Dispatcher):
         (arrays.check_overlap) is checked here."""
         if out is None:
             return xa.kind.empty(xa, n), False
+        if out is xa.obj and n is None and (xa.kind is not NUMPY or out.flags.writeable):
+            return xa, True  # in place (all_reduce, broadcast): x adapted once serves as out
         if type(out) is np.ndarray and xa.kind is NUMPY and out.dtype is xa.flat.dtype \
                 and out.size == (xa.flat.size if n is None else n) and out.flags.c_contiguous and out.flags.writeable:
             # the common case, a host array of the right size and type, in a few checks

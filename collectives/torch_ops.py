@@ -40,11 +40,14 @@ class FutureWork(dist.Work):
     would pass silently. This one raises the collective's error from ``wait()``.
     """
 
-    def __init__(self, fut: torch.futures.Future):
+    def __init__(self, fut: torch.futures.Future, works=()):
         super().__init__()
         self._fut = fut
+        self._works = works  # the Communicator's Works that complete it
 
     def wait(self, timeout=None) -> bool:
+        for w in self._works:  # still queued and next in line: run here, not via the thread
+            w.run_here()
         self._fut.wait()  # raises the collective's error; the Communicator's deadline bounds it
         return True
 
@@ -62,6 +65,44 @@ class FutureWork(dist.Work):
         except Exception:  # noqa: BLE001  the error is what is asked about
             return False
         return True
+
+
+class DoneWork(dist.Work):
+    """torch's Work of a collective that already ran on the caller's thread (the
+    blocking path): no Future unless someone asks for one (``get_future``), since
+    making and completing one costs more than a small collective's bookkeeping.
+
+    Args:
+      outputs: the future's value (the output tensors).
+      error: the collective's error, raised by ``wait()``; None when it succeeded.
+    """
+
+    __slots__ = ("_outputs", "_error", "_fut")
+
+    def __init__(self, outputs, error: Exception | None = None):
+        super().__init__()
+        self._outputs, self._error, self._fut = outputs, error, None
+
+    def wait(self, timeout=None) -> bool:
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        if self._fut is None:
+            fut = torch.futures.Future()
+            if self._error is not None:
+                fut.set_exception(self._error)
+            else:
+                fut.set_result(self._outputs)
+            self._fut = fut
+        return self._fut
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return self._error is None
 
 
 class Stage:

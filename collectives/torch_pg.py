@@ -28,7 +28,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 from .arrays import adapt
 from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout
-from .torch_ops import FutureWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
+from .torch_ops import DoneWork, FutureWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
 from .torch_rooted import RootedCollectives
 from .work import Work
 
@@ -101,7 +101,12 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     def allreduce(self, tensors, opts=AllreduceOptions()):
         op, factor = reduce_op(opts.reduceOp, "allreduce")
         if len(tensors) == 1 and factor is None and not getattr(opts, "asyncOp", True) and tensors[0].is_contiguous():
-            return self._now(lambda: self.comm.all_reduce(tensors[0], op=op, out=tensors[0]), tensors)
+            t = tensors[0]  # the common blocking call, nothing to stage: run it here, return it done
+            try:
+                self.comm.all_reduce(t, op=op, out=t)
+            except Exception as e:  # noqa: BLE001  wait() raises it
+                return DoneWork(tensors, e)
+            return DoneWork(tensors)
         stage = Stage()
         launches = []
         for t in tensors:
@@ -233,17 +238,6 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     # ----------------------------------------------------------- execution
-    def _now(self, call, outputs):
-        """The common blocking call, with nothing to stage: run it here, return it done."""
-        fut = torch.futures.Future()
-        try:
-            call()
-        except Exception as e:  # noqa: BLE001  wait() raises it
-            fut.set_exception(e)
-            return FutureWork(fut)
-        fut.set_result(outputs)
-        return FutureWork(fut)
-
     def _start(self, launches, outputs, stage, opts=None):
         """Run the collectives; return a torch Work whose future holds ``outputs``.
 
@@ -253,7 +247,6 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         the Work is complete on return. Otherwise they are queued and the last
         one to finish completes the future on the progress thread.
         """
-        fut = torch.futures.Future()
         if not getattr(opts, "asyncOp", True):
             try:
                 for launch in launches:
@@ -262,10 +255,9 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
                         result.wait()
                 stage.copy_back()
             except Exception as e:  # noqa: BLE001  wait() raises it, as on the async path
-                fut.set_exception(e)
-                return FutureWork(fut)
-            fut.set_result(outputs)
-            return FutureWork(fut)
+                return DoneWork(outputs, e)
+            return DoneWork(outputs)
+        fut = torch.futures.Future()
         works = [launch(True) for launch in launches]
         lock = threading.Lock()
         left = [len(works)]
@@ -294,7 +286,7 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
             fut.set_result(outputs)
         for w in works:
             w.add_done_callback(finished)
-        return FutureWork(fut)
+        return FutureWork(fut, works)
 
 
-__all__ = ["FutureWork", "RingzeroProcessGroup"]
+__all__ = ["DoneWork", "FutureWork", "RingzeroProcessGroup"]
