@@ -18,6 +18,7 @@ import numpy as np
 from . import ring
 from .agree import ALGORITHMS, COLLECTIVES, MAX_SMALL_BYTES, digest, make_header
 from .arrays import NUMPY, Array, adapt, check_overlap
+from .context import Context
 from .dispatch import Dispatcher
 from .dtypes import check_op, dtype_code
 from .kernels import NUMPY_KERNELS
@@ -92,6 +93,9 @@ class Communicator(Dispatcher):
         self._device_transport = None
         self._engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
         self._host_scratch = self._scratch_for(NUMPY_KERNELS)
+        # host collectives reuse one Context (dispatch.py renews it per call): one runs at a time
+        self._host_ctx = Context(transport, NUMPY_KERNELS, "", self.timeout, self.chunk_bytes,
+                                 self._host_scratch, tracer, self._cache, self.window)
         self._symmetric = None  # the node's symmetric heap (collectives/symmetric), made by the first alloc()
         if os.environ.get("COLLECTIVES_STAGE") == "1":  # ordinary host arrays staged through it too
             from .symmetric import staged

@@ -103,7 +103,8 @@ class Engine:
 
     def __init__(self, name: str):
         self._name = name
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()  # taken bare (a C-level with) on the fast lane
+        self._cv = threading.Condition(self._lock)
         self._queue: deque = deque()
         self._inflight = 0  # queued or running on the thread
         self._inline = False  # a blocking call is running on its caller's thread
@@ -122,6 +123,23 @@ class Engine:
                 self._thread.start()
             self._cv.notify_all()
         return work
+
+    def enter_inline(self, label: str) -> bool:
+        """Claim this thread for one blocking call when nothing is queued or running
+        (True: run it, then call ``leave_inline``); False: go through ``run``."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self._name}: communicator is closed ({label})")
+            if self._inflight or self._inline:
+                return False
+            self._inline = True
+            return True
+
+    def leave_inline(self) -> None:
+        with self._lock:
+            self._inline = False
+            if self._thread is not None:  # only the progress thread ever waits for this
+                self._cv.notify_all()
 
     def run(self, fn, label: str):
         """Run ``fn`` now on this thread if nothing is queued, else after the queue."""
