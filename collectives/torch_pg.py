@@ -100,13 +100,9 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     # ---------------------------------------------------------- collectives
     def allreduce(self, tensors, opts=AllreduceOptions()):
         op, factor = reduce_op(opts.reduceOp, "allreduce")
-        if len(tensors) == 1 and factor is None and not getattr(opts, "asyncOp", True) and tensors[0].is_contiguous():
-            t = tensors[0]  # the common blocking call, nothing to stage: run it here, return it done
-            try:
-                self.comm.all_reduce(t, op=op, out=t)
-            except Exception as e:  # noqa: BLE001  wait() raises it
-                return DoneWork(tensors, e)
-            return DoneWork(tensors)
+        if len(tensors) == 1 and factor is None and tensors[0].is_contiguous():
+            t = tensors[0]  # the common call (DDP's buckets too): nothing to stage
+            return self._one(lambda a: self.comm.all_reduce(t, op=op, out=t, async_op=a), tensors, opts)
         stage = Stage()
         launches = []
         for t in tensors:
@@ -120,6 +116,9 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         return self.allreduce(tensors, opts)
 
     def all_gather_single(self, output, input, opts=AllgatherOptions()):
+        if output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
+                and output.numel() == input.numel() * self.comm.size:  # FSDP2's common call: nothing to stage
+            return self._one(lambda a: self.comm.all_gather(input, out=output, async_op=a), [output], opts)
         return self.all_gather_single_coalesced([output], [input], opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=AllgatherOptions()):
@@ -135,6 +134,11 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         return self._start(launches, list(outputs), stage, opts)
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
+        op, factor = reduce_op(opts.reduceOp, "reduce_scatter")
+        if factor is None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
+                and input.numel() == output.numel() * self.comm.size:  # the common call: nothing to stage
+            return self._one(lambda a: self.comm.reduce_scatter(input, op=op, out=output, async_op=a),
+                             [output], opts)
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=ReduceScatterOptions()):
@@ -238,6 +242,30 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     # ----------------------------------------------------------- execution
+    def _one(self, launch, outputs, opts):
+        """One collective on tensors the Communicator takes as they are: blocking
+        (``opts.asyncOp`` False), run here and return a DoneWork; else queue it and
+        complete the future from its Work's callback (on the progress thread, or on
+        the thread that waits, which runs it itself when it is next: Work.run_here)."""
+        if not getattr(opts, "asyncOp", True):
+            try:
+                launch(False)
+            except Exception as e:  # noqa: BLE001  wait() raises it, as on the async path
+                return DoneWork(outputs, e)
+            return DoneWork(outputs)
+        fut = torch.futures.Future()
+        work = launch(True)
+
+        def finished(w):
+            try:
+                w.result()
+            except BaseException as e:  # handed to whoever waits on the future
+                fut.set_exception(e if isinstance(e, Exception) else CollectiveError(repr(e)))
+                return
+            fut.set_result(outputs)
+        work.add_done_callback(finished)
+        return FutureWork(fut, (work,))
+
     def _start(self, launches, outputs, stage, opts=None):
         """Run the collectives; return a torch Work whose future holds ``outputs``.
 
