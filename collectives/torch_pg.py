@@ -28,7 +28,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 from .arrays import adapt
 from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout
-from .torch_ops import DoneWork, FutureWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
+from .torch_ops import DoneWork, FutureWork, OneWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
 from .torch_rooted import RootedCollectives
 from .work import Work
 
@@ -245,26 +245,15 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     def _one(self, launch, outputs, opts):
         """One collective on tensors the Communicator takes as they are: blocking
         (``opts.asyncOp`` False), run here and return a DoneWork; else queue it and
-        complete the future from its Work's callback (on the progress thread, or on
-        the thread that waits, which runs it itself when it is next: Work.run_here)."""
+        return a OneWork over it (its future, made when asked for, completes from the
+        progress thread; a waiter runs the collective itself when it is next in line)."""
         if not getattr(opts, "asyncOp", True):
             try:
                 launch(False)
             except Exception as e:  # noqa: BLE001  wait() raises it, as on the async path
                 return DoneWork(outputs, e)
             return DoneWork(outputs)
-        fut = torch.futures.Future()
-        work = launch(True)
-
-        def finished(w):
-            try:
-                w.result()
-            except BaseException as e:  # handed to whoever waits on the future
-                fut.set_exception(e if isinstance(e, Exception) else CollectiveError(repr(e)))
-                return
-            fut.set_result(outputs)
-        work.add_done_callback(finished)
-        return FutureWork(fut, (work,))
+        return OneWork(launch(True), outputs)
 
     def _start(self, launches, outputs, stage, opts=None):
         """Run the collectives; return a torch Work whose future holds ``outputs``.
@@ -317,4 +306,4 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         return FutureWork(fut, works)
 
 
-__all__ = ["DoneWork", "FutureWork", "RingzeroProcessGroup"]
+__all__ = ["DoneWork", "FutureWork", "OneWork", "RingzeroProcessGroup"]

@@ -86,6 +86,14 @@ class Work:
             raise self._error
         return self._result
 
+    def join(self):
+        """Block until the collective finished (running it here when it is next in
+        line); return its result or raise its error. Unlike ``wait()``, may be
+        called any number of times (torch's Work.wait may be)."""
+        self.run_here()
+        self._done.wait()
+        return self.result()
+
     def run_here(self) -> None:
         """If this collective is next in its queue and the progress thread has not
         picked it up, run it on this (the waiting) thread now: waking the thread
