@@ -95,13 +95,14 @@ def test_torch_group_one_tensor_lanes_blocking_and_async(world):
             t = torch.arange(n, dtype=torch.float32) + c.rank
             w = pg.allreduce([t], opts(AllreduceOptions, a))
             out[("ar", a, "done")] = isinstance(w, DoneWork) and w.is_completed() if not a else None
-            out[("ar", a, "wait")] = w.wait()
+            out[("ar", a, "wait")] = w.wait() and w.wait()  # torch may wait more than once
             out[("ar", a, "value")] = w.get_future().value()[0] is t
             out[("ar", a)] = t.numpy().copy()
             x = torch.arange(n, dtype=torch.float64) * (c.rank + 1)
             o = torch.empty(n // world, dtype=torch.float64)
             w = pg.reduce_scatter_single(o, x, opts(ReduceScatterOptions, a))
-            w.wait()
+            fut = w.get_future()  # asked for before it finished: the progress thread completes it
+            out[("rs", a, "value")] = fut.wait()[0] is o and w.is_completed() and w.is_success()
             out[("rs", a)] = o.numpy().copy()
             piece = torch.full((3,), c.rank, dtype=torch.int64)
             g = torch.empty(3 * world, dtype=torch.int64)
@@ -126,6 +127,7 @@ def test_torch_group_one_tensor_lanes_blocking_and_async(world):
         for a in (False, True):
             np.testing.assert_array_equal(out[("ar", a)], ar)
             np.testing.assert_array_equal(out[("rs", a)], rs[r * (n // world):(r + 1) * (n // world)])
+            assert out[("rs", a, "value")], "the future's value is the output tensor, without wait()"
             np.testing.assert_array_equal(out[("ag", a)], ag)
             assert out[("ar", a, "wait")] is True and out[("ar", a, "value")]
         assert out[("ar", False, "done")], "a blocking call returns a completed DoneWork"
