@@ -132,3 +132,28 @@ def test_torch_group_one_tensor_lanes_blocking_and_async(world):
             assert out[("ar", a, "wait")] is True and out[("ar", a, "value")]
         assert out[("ar", False, "done")], "a blocking call returns a completed DoneWork"
         assert out["closed_done"] and out["closed_raises"]
+
+
+def test_a_tensor_changed_in_place_between_calls_is_adapted_afresh():
+    """The adapter remembers small CPU tensors it has seen; set_(), resize_() and
+    ``t.data = ...`` between calls must not reuse the old view."""
+    torch = pytest.importorskip("torch")
+
+    def fn(c):
+        r = c.rank + 1
+        t = torch.arange(4, dtype=torch.float32) * r
+        got = [c.all_reduce(t, out=t).clone()]
+        t.set_(torch.arange(6, dtype=torch.float32) * r)  # new memory, new shape
+        got.append(c.all_reduce(t, out=t).clone())
+        t.resize_(3)  # same memory, fewer elements
+        got.append(c.all_reduce(t, out=t).clone())
+        t.data = torch.full((3,), r, dtype=torch.int64)  # new dtype
+        got.append(c.all_reduce(t, out=t).clone())
+        return got
+
+    for got in simulate(2, fn):
+        np.testing.assert_array_equal(got[0].numpy(), np.arange(4, dtype=np.float32) * 3)
+        np.testing.assert_array_equal(got[1].numpy(), np.arange(6, dtype=np.float32) * 3)
+        np.testing.assert_array_equal(got[2].numpy(), np.arange(3, dtype=np.float32) * 6)
+        assert got[3].dtype == torch.int64
+        np.testing.assert_array_equal(got[3].numpy(), np.full(3, 3, np.int64))
