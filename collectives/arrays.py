@@ -130,6 +130,20 @@ class _Torch:
     name = "torch tensor"
 
     def adapt(self, t, name, writable):
+        if type(t) is _TENSOR[0] and t.is_cpu and not t.requires_grad and t.is_contiguous():  # the common case
+            seen = _SEEN.get(id(t))
+            ptr = t.data_ptr()
+            if seen is not None and seen[0] is t and seen[1] == ptr and seen[2] == t.shape and seen[4] is t.dtype:
+                return seen[3]  # the same small tensor again, same memory and shape: its view still holds
+            dt = _TORCH_DTYPES.get(t.dtype)
+            if dt is not None and dt is not _BF16:
+                a = t.numpy()  # zero-copy; no detach() needed without autograd, no dtype detour
+                arr = Array(t, a if a.ndim == 1 else a.reshape(-1), NUMPY_KERNELS, False, self)
+                if a.nbytes <= _SEEN_MAX_BYTES:
+                    if len(_SEEN) >= _SEEN_ENTRIES:
+                        _SEEN.clear()
+                    _SEEN[id(t)] = (t, ptr, t.shape, arr, t.dtype)
+                return arr
         import torch
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (got strides {tuple(t.stride())}); pass .contiguous() "
@@ -155,10 +169,19 @@ class _Torch:
 
 
 _TORCH_DTYPES: dict = {}
+# The last few small CPU tensors adapted, {id: (tensor, data_ptr, shape, Array, dtype)}: a loop that
+# all-reduces the same tensor skips t.numpy() (~1 us of a ~10 us call). The entry holds the
+# tensor, so its id cannot be reused while cached; pointer, shape and dtype catch set_(),
+# resize_() and ``t.data = ...``; only small tensors, so what it keeps alive stays small.
+_SEEN: dict = {}
+_SEEN_ENTRIES = 8
+_SEEN_MAX_BYTES = 64 * 1024
+_TENSOR = [None]  # torch.Tensor, once a tensor has been adapted (torch stays unimported till then)
 
 
 def _torch_dtype(torch, dtype, name) -> np.dtype:
     if not _TORCH_DTYPES:
+        _TENSOR[0] = torch.Tensor
         _TORCH_DTYPES.update({torch.float16: np.dtype(np.float16), torch.bfloat16: _BF16,
                               torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
                               torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64)})

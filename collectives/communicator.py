@@ -18,6 +18,7 @@ import numpy as np
 from . import ring
 from .agree import ALGORITHMS, COLLECTIVES, MAX_SMALL_BYTES, digest, make_header
 from .arrays import NUMPY, Array, adapt, check_overlap
+from .context import Context
 from .dispatch import Dispatcher
 from .dtypes import check_op, dtype_code
 from .kernels import NUMPY_KERNELS
@@ -86,12 +87,16 @@ class Communicator(Dispatcher):
         self.transport = transport
         self.rank, self.size = transport.rank, transport.size
         self._seq = 0
+        self._even_counts: dict = {}  # piece size -> (equal counts, digest): see _even
         self._scratch: dict = {}
         self._cache: dict = {}
         self._broken: BaseException | None = None
         self._device_transport = None
         self._engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
         self._host_scratch = self._scratch_for(NUMPY_KERNELS)
+        # host collectives reuse one Context (dispatch.py renews it per call): one runs at a time
+        self._host_ctx = Context(transport, NUMPY_KERNELS, "", self.timeout, self.chunk_bytes,
+                                 self._host_scratch, tracer, self._cache, self.window)
         self._symmetric = None  # the node's symmetric heap (collectives/symmetric), made by the first alloc()
         if os.environ.get("COLLECTIVES_STAGE") == "1":  # ordinary host arrays staged through it too
             from .symmetric import staged
@@ -135,13 +140,14 @@ class Communicator(Dispatcher):
             if xa.size % self.size:
                 raise ValueError(f"reduce_scatter: x has {xa.size} elements, not divisible by "
                                  f"world size {self.size}; pass counts= for an uneven split")
-            counts = [xa.size // self.size] * self.size
+            counts, fingerprint = self._even(xa.size // self.size)
         else:
             counts = self._check_counts(counts, "reduce_scatter")
             if sum(counts) != xa.size:
                 raise ValueError(f"reduce_scatter: counts add up to {sum(counts)}, x has {xa.size} elements")
+            fingerprint = digest(counts)
         oa, _ = self._out(out, xa, counts[self.rank], "reduce_scatter")
-        hdr = self._header("reduce_scatter", xa, op=code, count=xa.size, counts=digest(counts))
+        hdr = self._header("reduce_scatter", xa, op=code, count=xa.size, counts=fingerprint)
         return self._dispatch("reduce_scatter", hdr, xa, oa, False, async_op, op, counts)
 
     def all_gather(self, x, out=None, counts=None, async_op: bool = False):
@@ -156,15 +162,16 @@ class Communicator(Dispatcher):
         """
         xa = adapt(x, "x")
         if counts is None:
-            counts = [xa.size] * self.size
+            counts, fingerprint = self._even(xa.size)
         else:
             counts = self._check_counts(counts, "all_gather")
             if counts[self.rank] != xa.size:
                 raise ValueError(f"all_gather: counts[{self.rank}] = {counts[self.rank]} but x has "
                                  f"{xa.size} elements on rank {self.rank}")
+            fingerprint = digest(counts)
         # the header counts the whole output, however the counts were given
         oa, in_place = self._out(out, xa, sum(counts), "all_gather", offset=sum(counts[:self.rank]))
-        hdr = self._header("all_gather", xa, count=oa.size, counts=digest(counts))
+        hdr = self._header("all_gather", xa, count=oa.size, counts=fingerprint)
         return self._dispatch("all_gather", hdr, xa, oa, in_place, async_op, counts)
 
     def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
@@ -247,6 +254,8 @@ class Communicator(Dispatcher):
         (arrays.check_overlap) is checked here."""
         if out is None:
             return xa.kind.empty(xa, n), False
+        if out is xa.obj and n is None and (xa.kind is not NUMPY or out.flags.writeable):
+            return xa, True  # in place (all_reduce, broadcast): x adapted once serves as out
         if type(out) is np.ndarray and xa.kind is NUMPY and out.dtype is xa.flat.dtype \
                 and out.size == (xa.flat.size if n is None else n) and out.flags.c_contiguous and out.flags.writeable:
             # the common case, a host array of the right size and type, in a few checks
@@ -264,6 +273,17 @@ class Communicator(Dispatcher):
             raise TypeError(f"{what}: out and x must both be host (numpy, CPU torch) or both device "
                             f"(cupy, CUDA torch) arrays; x is a {xa.kind.name}, out a {oa.kind.name}")
         return oa, check_overlap(what, xa, oa, self.rank, offset)
+
+    def _even(self, piece: int) -> tuple[tuple[int, ...], int]:
+        """(counts of an equal split, their digest), remembered per piece size: the
+        digest is a Python loop over the ranks, on every small call otherwise."""
+        got = self._even_counts.get(piece)
+        if got is None:
+            if len(self._even_counts) >= 64:  # a caller cycling through sizes
+                self._even_counts.clear()
+            counts = (piece,) * self.size  # a tuple: shared by calls, so never modified
+            got = self._even_counts[piece] = (counts, digest(counts))
+        return got
 
     def _check_counts(self, counts, what):
         try:

@@ -72,6 +72,19 @@ class Context:
         self.posted = []  # every send and receive this collective posted: see abandon
         self._landing = []  # traced receives not yet waited for: (handle, buffer, trace fields)
 
+    def renew(self, label: str, kernels, chunk: int, timeout: float, tracer) -> None:
+        """Start the next collective on this Context (a communicator reuses one for
+        host collectives: building one per call costs more than a small collective's
+        own bookkeeping). A fresh deadline, nothing posted, no agreement pending;
+        the communicator's timeout and tracer as they are now."""
+        self.label, self.kernels, self.chunk, self.timeout, self.tracer = label, kernels, chunk, timeout, tracer
+        self.deadline = time.monotonic() + timeout
+        self.check = self._checking = None
+        if self.posted:
+            self.posted = []
+        if self._landing:
+            self._landing = []
+
     def isend(self, buf, peer: int, tag: int, step: dict | None = None, data=None):
         """Post a send through the transport and remember it for ``abandon``.
 

@@ -37,42 +37,54 @@ class Dispatcher:
         if sym is not None and _symmetric_takes(sym, kind, x):  # in the node's heap: read peers directly
             run = SYMMETRIC_RUNNERS[kind]
         label = f"{kind} #{self._seq - 1}"
+        if not async_op and (out is None or not out.device):
+            # the fast lane: a blocking host call with nothing queued runs here, with no
+            # closure, no hand-off and the communicator's one reusable host Context
+            engine = self._engine
+            if engine.enter_inline(label):
+                try:
+                    return self._execute(run, label, hdr, x, out, in_place, args, None)
+                finally:
+                    engine.leave_inline()
         stream = out.stream if out is not None else None
         if stream is not None:
             stream.enter()  # after the caller's work on torch's current stream
 
         def task():
-            if self._broken is not None:
-                raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
-                                      f"earlier error: {self._broken}") from self._broken
-            if out is None:
-                kernels, transport, scratch, chunk = NUMPY_KERNELS, self.transport, self._host_scratch, self.chunk_bytes
-            elif not out.device:  # host arrays: everything prepared once
-                kernels, transport, scratch = NUMPY_KERNELS, self.transport, self._host_scratch
-                chunk = max(1, self.chunk_bytes // out.flat.itemsize)
-            else:
-                kernels = out.kernels
-                transport, scratch = self._device(), self._scratch_for(kernels)
-                chunk = max(1, device_chunk_bytes(self.chunk_bytes) // out.flat.itemsize)
-            ctx = Context(transport, kernels, label, self.timeout, chunk, scratch,
-                          self.tracer, self._cache, self.window)
-            try:
-                if ctx.tracer is not None:
-                    ctx.tracer.begin(label, rank=self.rank)
-                run(self, ctx, hdr, x, out, in_place, *args)
-                if ctx.tracer is not None:
-                    ctx.tracer.end(label, rank=self.rank)
-            except BaseException as e:
-                self._broken = e
-                ctx.abandon()
-                raise
-            if stream is not None:
-                stream.leave()  # the caller's later work on its stream waits for ours
-            return out.obj if out is not None else None
+            return self._execute(run, label, hdr, x, out, in_place, args, stream)
 
         if async_op:
             return self._engine.submit(task, label)
         return self._engine.run(task, label)
+
+    def _execute(self, run, label: str, hdr, x: Array | None, out: Array | None, in_place: bool, args, stream):
+        """Run one collective (on whichever thread runs it now); return the caller's out
+        object. Any error leaves the communicator unusable (``_broken``): a collective
+        that failed on one rank may have left messages in flight."""
+        if self._broken is not None:
+            raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
+                                  f"earlier error: {self._broken}") from self._broken
+        if out is None or not out.device:  # host arrays: everything prepared once
+            ctx = self._host_ctx  # one at a time: collectives never run side by side
+            ctx.renew(label, NUMPY_KERNELS, self.chunk_bytes if out is None
+                      else max(1, self.chunk_bytes // out.flat.itemsize), self.timeout, self.tracer)
+        else:
+            kernels, chunk = out.kernels, max(1, device_chunk_bytes(self.chunk_bytes) // out.flat.itemsize)
+            ctx = Context(self._device(), kernels, label, self.timeout, chunk, self._scratch_for(kernels),
+                          self.tracer, self._cache, self.window)
+        try:
+            if ctx.tracer is not None:
+                ctx.tracer.begin(label, rank=self.rank)
+            run(self, ctx, hdr, x, out, in_place, *args)
+            if ctx.tracer is not None:
+                ctx.tracer.end(label, rank=self.rank)
+        except BaseException as e:
+            self._broken = e
+            ctx.abandon()
+            raise
+        if stream is not None:
+            stream.leave()  # the caller's later work on its stream waits for ours
+        return out.obj if out is not None else None
 
     # ------------------------------------------------------------ bodies
     def _run_all_reduce(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, op: str):

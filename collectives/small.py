@@ -51,8 +51,12 @@ def all_reduce(ctx, header: list[int], x: np.ndarray, out: np.ndarray, op: str) 
 
 def reduce_scatter(ctx, header: list[int], x, out, counts: list[int], op: str) -> None:
     """out <- segment ``rank`` of the reduction (x.nbytes <= MAX_SMALL_BYTES)."""
-    full = _to_host(ctx, x)
-    agree(ctx, header, payload=full, op=op)
+    if ctx.kernels.device:
+        full = _to_host(ctx, x)
+        agree(ctx, header, payload=full, op=op)
+    else:  # the exchange reads x and writes the sum into reusable scratch: no copy, no allocation
+        full = ctx.scratch("small-full", x.size, x.dtype)
+        agree(ctx, header, payload=full, op=op, source=x)
     lo = sum(counts[:ctx.rank])
     _from_host(ctx, out, full[lo:lo + counts[ctx.rank]])
 
@@ -61,7 +65,9 @@ def all_gather(ctx, header: list[int], x, out, counts: list[int]) -> None:
     """out <- every rank's piece in rank order (out.nbytes <= MAX_SMALL_BYTES)."""
     item = out.dtype.itemsize
     lo = sum(counts[:ctx.rank]) * item
-    full = np.zeros(out.nbytes, np.uint8)
-    full[lo:lo + x.nbytes] = _to_host(ctx, x).view(np.uint8)
+    full = ctx.scratch("small-gather", out.nbytes, np.uint8, host=True)
+    full[:lo] = 0
+    full[lo + x.nbytes:] = 0
+    full[lo:lo + x.nbytes] = _to_host(ctx, x).view(np.uint8) if ctx.kernels.device else x.view(np.uint8)
     agree(ctx, header, payload=full, op="max")
     _from_host(ctx, out, full.view(out.dtype))

@@ -2,9 +2,13 @@
 the Work it returns, and contiguous staging of the caller's tensors."""
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
+
+from .errors import CollectiveError
 
 _OPS = {ReduceOp.SUM: "sum", ReduceOp.AVG: "avg", ReduceOp.PRODUCT: "prod",
         ReduceOp.MIN: "min", ReduceOp.MAX: "max"}
@@ -40,11 +44,14 @@ class FutureWork(dist.Work):
     would pass silently. This one raises the collective's error from ``wait()``.
     """
 
-    def __init__(self, fut: torch.futures.Future):
+    def __init__(self, fut: torch.futures.Future, works=()):
         super().__init__()
         self._fut = fut
+        self._works = works  # the Communicator's Works that complete it
 
     def wait(self, timeout=None) -> bool:
+        for w in self._works:  # still queued and next in line: run here, not via the thread
+            w.run_here()
         self._fut.wait()  # raises the collective's error; the Communicator's deadline bounds it
         return True
 
@@ -62,6 +69,96 @@ class FutureWork(dist.Work):
         except Exception:  # noqa: BLE001  the error is what is asked about
             return False
         return True
+
+
+class OneWork(dist.Work):
+    """torch's Work over one queued Communicator Work (the async one-tensor lane).
+
+    Its Future is made only when someone asks (``get_future``: DDP does, from
+    C++); from then on the Communicator's progress thread completes it when the
+    collective finishes, so nobody has to call ``wait()``. ``dist.all_reduce(t,
+    async_op=True).wait()`` makes none: making and completing one costs more
+    than a small collective's bookkeeping. ``wait()`` runs the collective on the
+    waiting thread when it is next in line (Work.run_here).
+
+    Args:
+      work: the Communicator's Work of the collective.
+      outputs: the future's value (the output tensors).
+    """
+
+    def __init__(self, work, outputs):
+        super().__init__()
+        self._work, self._outputs, self._fut = work, outputs, None
+        self._lock = threading.Lock()
+
+    def wait(self, timeout=None) -> bool:
+        self._work.join()  # raises the collective's error; the Communicator's deadline bounds it
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        with self._lock:
+            if self._fut is None:
+                self._fut = torch.futures.Future()
+                self._work.add_done_callback(self._complete)  # now, if it has finished already
+            return self._fut
+
+    def _complete(self, work) -> None:
+        try:
+            work.result()
+        except BaseException as e:  # handed to whoever waits on the future
+            self._fut.set_exception(e if isinstance(e, Exception) else CollectiveError(repr(e)))
+            return
+        self._fut.set_result(self._outputs)
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def is_success(self) -> bool:
+        if not self._work.is_completed():
+            raise RuntimeError("is_success() before the collective finished")
+        try:
+            self._work.result()
+        except BaseException:  # noqa: BLE001  the error is what is asked about
+            return False
+        return True
+
+
+class DoneWork(dist.Work):
+    """torch's Work of a collective that already ran on the caller's thread (the
+    blocking path): no Future unless someone asks for one (``get_future``), since
+    making and completing one costs more than a small collective's bookkeeping.
+
+    Args:
+      outputs: the future's value (the output tensors).
+      error: the collective's error, raised by ``wait()``; None when it succeeded.
+    """
+
+    __slots__ = ("_outputs", "_error", "_fut")
+
+    def __init__(self, outputs, error: Exception | None = None):
+        super().__init__()
+        self._outputs, self._error, self._fut = outputs, error, None
+
+    def wait(self, timeout=None) -> bool:
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        if self._fut is None:
+            fut = torch.futures.Future()
+            if self._error is not None:
+                fut.set_exception(self._error)
+            else:
+                fut.set_result(self._outputs)
+            self._fut = fut
+        return self._fut
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return self._error is None
 
 
 class Stage:

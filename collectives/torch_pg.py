@@ -28,7 +28,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 from .arrays import adapt
 from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout
-from .torch_ops import FutureWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
+from .torch_ops import DoneWork, FutureWork, OneWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
 from .torch_rooted import RootedCollectives
 from .work import Work
 
@@ -100,8 +100,9 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     # ---------------------------------------------------------- collectives
     def allreduce(self, tensors, opts=AllreduceOptions()):
         op, factor = reduce_op(opts.reduceOp, "allreduce")
-        if len(tensors) == 1 and factor is None and not getattr(opts, "asyncOp", True) and tensors[0].is_contiguous():
-            return self._now(lambda: self.comm.all_reduce(tensors[0], op=op, out=tensors[0]), tensors)
+        if len(tensors) == 1 and factor is None and tensors[0].is_contiguous():
+            t = tensors[0]  # the common call (DDP's buckets too): nothing to stage
+            return self._one(lambda a: self.comm.all_reduce(t, op=op, out=t, async_op=a), tensors, opts)
         stage = Stage()
         launches = []
         for t in tensors:
@@ -115,6 +116,9 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         return self.allreduce(tensors, opts)
 
     def all_gather_single(self, output, input, opts=AllgatherOptions()):
+        if output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
+                and output.numel() == input.numel() * self.comm.size:  # FSDP2's common call: nothing to stage
+            return self._one(lambda a: self.comm.all_gather(input, out=output, async_op=a), [output], opts)
         return self.all_gather_single_coalesced([output], [input], opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=AllgatherOptions()):
@@ -130,6 +134,11 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         return self._start(launches, list(outputs), stage, opts)
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
+        op, factor = reduce_op(opts.reduceOp, "reduce_scatter")
+        if factor is None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
+                and input.numel() == output.numel() * self.comm.size:  # the common call: nothing to stage
+            return self._one(lambda a: self.comm.reduce_scatter(input, op=op, out=output, async_op=a),
+                             [output], opts)
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=ReduceScatterOptions()):
@@ -233,16 +242,18 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     # ----------------------------------------------------------- execution
-    def _now(self, call, outputs):
-        """The common blocking call, with nothing to stage: run it here, return it done."""
-        fut = torch.futures.Future()
-        try:
-            call()
-        except Exception as e:  # noqa: BLE001  wait() raises it
-            fut.set_exception(e)
-            return FutureWork(fut)
-        fut.set_result(outputs)
-        return FutureWork(fut)
+    def _one(self, launch, outputs, opts):
+        """One collective on tensors the Communicator takes as they are: blocking
+        (``opts.asyncOp`` False), run here and return a DoneWork; else queue it and
+        return a OneWork over it (its future, made when asked for, completes from the
+        progress thread; a waiter runs the collective itself when it is next in line)."""
+        if not getattr(opts, "asyncOp", True):
+            try:
+                launch(False)
+            except Exception as e:  # noqa: BLE001  wait() raises it, as on the async path
+                return DoneWork(outputs, e)
+            return DoneWork(outputs)
+        return OneWork(launch(True), outputs)
 
     def _start(self, launches, outputs, stage, opts=None):
         """Run the collectives; return a torch Work whose future holds ``outputs``.
@@ -253,7 +264,6 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         the Work is complete on return. Otherwise they are queued and the last
         one to finish completes the future on the progress thread.
         """
-        fut = torch.futures.Future()
         if not getattr(opts, "asyncOp", True):
             try:
                 for launch in launches:
@@ -262,10 +272,9 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
                         result.wait()
                 stage.copy_back()
             except Exception as e:  # noqa: BLE001  wait() raises it, as on the async path
-                fut.set_exception(e)
-                return FutureWork(fut)
-            fut.set_result(outputs)
-            return FutureWork(fut)
+                return DoneWork(outputs, e)
+            return DoneWork(outputs)
+        fut = torch.futures.Future()
         works = [launch(True) for launch in launches]
         lock = threading.Lock()
         left = [len(works)]
@@ -294,7 +303,7 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
             fut.set_result(outputs)
         for w in works:
             w.add_done_callback(finished)
-        return FutureWork(fut)
+        return FutureWork(fut, works)
 
 
-__all__ = ["FutureWork", "RingzeroProcessGroup"]
+__all__ = ["DoneWork", "FutureWork", "OneWork", "RingzeroProcessGroup"]

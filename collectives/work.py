@@ -25,8 +25,9 @@ def on_progress_thread() -> bool:
 class Work:
     """Handle of an async collective. ``wait()`` returns its result, once."""
 
-    def __init__(self, label: str):
+    def __init__(self, label: str, engine: "Engine | None" = None):
         self.label = label
+        self._engine = engine  # the queue it waits in: wait() may run it here (Engine.steal)
         self._done = threading.Event()
         self._result = None
         self._error: BaseException | None = None
@@ -76,12 +77,29 @@ class Work:
         """
         if self._waited:
             raise RuntimeError(f"{self.label}: wait() called twice on the same Work")
+        if timeout is None:  # bounded by the collective's own deadline only: may run it here
+            self.run_here()
         if not self._done.wait(timeout):
             raise TimeoutError(f"{self.label}: not complete after {timeout} s")
         self._waited = True
         if self._error is not None:
             raise self._error
         return self._result
+
+    def join(self):
+        """Block until the collective finished (running it here when it is next in
+        line); return its result or raise its error. Unlike ``wait()``, may be
+        called any number of times (torch's Work.wait may be)."""
+        self.run_here()
+        self._done.wait()
+        return self.result()
+
+    def run_here(self) -> None:
+        """If this collective is next in its queue and the progress thread has not
+        picked it up, run it on this (the waiting) thread now: waking the thread
+        and being woken by it costs more than a small collective (Engine.steal)."""
+        if self._engine is not None and not self._done.is_set():
+            self._engine.steal(self)
 
     def __repr__(self) -> str:
         state = "done" if self.is_completed() else "pending"
@@ -93,7 +111,8 @@ class Engine:
 
     def __init__(self, name: str):
         self._name = name
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()  # taken bare (a C-level with) on the fast lane
+        self._cv = threading.Condition(self._lock)
         self._queue: deque = deque()
         self._inflight = 0  # queued or running on the thread
         self._inline = False  # a blocking call is running on its caller's thread
@@ -101,7 +120,7 @@ class Engine:
         self._closed = False
 
     def submit(self, fn, label: str) -> Work:
-        work = Work(label)
+        work = Work(label, self)
         with self._cv:
             if self._closed:
                 raise RuntimeError(f"{self._name}: communicator is closed ({label})")
@@ -112,6 +131,23 @@ class Engine:
                 self._thread.start()
             self._cv.notify_all()
         return work
+
+    def enter_inline(self, label: str) -> bool:
+        """Claim this thread for one blocking call when nothing is queued or running
+        (True: run it, then call ``leave_inline``); False: go through ``run``."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self._name}: communicator is closed ({label})")
+            if self._inflight or self._inline:
+                return False
+            self._inline = True
+            return True
+
+    def leave_inline(self) -> None:
+        with self._lock:
+            self._inline = False
+            if self._thread is not None:  # only the progress thread ever waits for this
+                self._cv.notify_all()
 
     def run(self, fn, label: str):
         """Run ``fn`` now on this thread if nothing is queued, else after the queue."""
@@ -130,6 +166,28 @@ class Engine:
                 self._inline = False
                 if self._thread is not None:  # only the progress thread ever waits for this
                     self._cv.notify_all()
+
+    def steal(self, work: Work) -> bool:
+        """Run ``work`` on the calling thread if it heads the queue and nothing is
+        running (so call order holds); True when it ran here. Its callbacks run
+        here too."""
+        with self._cv:
+            if self._inline or not self._queue or self._queue[0][1] is not work \
+                    or self._inflight != len(self._queue):  # the progress thread is running one
+                return False
+            fn, _ = self._queue.popleft()
+            self._inline = True
+        try:
+            result, error = fn(), None
+        except BaseException as e:  # handed to the waiter, as from the thread
+            result, error = None, e
+        finally:
+            with self._cv:
+                self._inline = False
+                self._inflight -= 1
+                self._cv.notify_all()
+        work._finish(result, error)
+        return True
 
     def drain(self) -> None:
         """Wait until everything queued so far has run."""

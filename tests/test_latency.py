@@ -1,0 +1,159 @@
+"""The per-call fast lanes (issues 10 and 13): what they skip must not change what they do.
+
+- A waiter runs its queued collective itself (Work.run_here / Engine.steal),
+  only when it is next in line, so call order holds.
+- Blocking host calls reuse one Context per communicator (Context.renew):
+  a timeout or tracer set on the communicator between calls still applies.
+- The torch group's one-tensor lanes (blocking: DoneWork; async: a future
+  completed from the Work) give numpy's answers exactly and the Work torch expects.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from collectives import CollectiveTimeout, simulate
+from collectives.trace import Tracer
+from collectives.work import Engine
+
+
+def test_a_waiter_runs_its_queued_collective_itself_in_call_order():
+    eng = Engine("test-steal")
+    eng._thread = threading.Thread(target=lambda: None)  # never started: only waiters can run the queue
+    ran = []
+    me = threading.current_thread()
+    w1 = eng.submit(lambda: ran.append(("a", threading.current_thread())) or 1, "a")
+    w2 = eng.submit(lambda: ran.append(("b", threading.current_thread())) or 2, "b")
+
+    def fails():
+        raise ValueError("boom")
+    w3 = eng.submit(fails, "c")
+    w2.run_here()  # not next in line: must not jump the queue
+    assert not w2.is_completed() and ran == []
+    assert w1.wait() == 1 and w2.wait() == 2
+    assert ran == [("a", me), ("b", me)]
+    with pytest.raises(ValueError, match="boom"):
+        w3.wait()
+    assert eng.enter_inline("d")  # nothing left queued or running: a blocking call may run inline
+    eng.leave_inline()
+    eng._thread = None
+    eng.close()
+
+
+def test_blocking_calls_follow_the_communicators_tracer_and_timeout():
+    """The reused host Context takes the communicator's tracer and timeout as they are at each call."""
+    def fn(c):
+        x = np.arange(8, dtype=np.float32) + c.rank
+        first = c.all_reduce(x)
+        c.tracer = t = Tracer()
+        second = c.all_reduce(x)
+        c.tracer = None
+        c.all_reduce(x)
+        traced = len(t.collectives)
+        c.timeout = 0.5
+        if c.rank == 1:
+            return first, second, traced, None
+        t0 = time.monotonic()
+        try:
+            c.all_reduce(x)  # rank 1 never comes
+        except CollectiveTimeout:
+            return first, second, traced, time.monotonic() - t0
+        return first, second, traced, -1.0
+
+    got = simulate(2, fn, timeout=30.0)
+    want = np.arange(8, dtype=np.float32) * 2 + 1
+    for first, second, traced, _ in got:
+        np.testing.assert_array_equal(first, want)
+        np.testing.assert_array_equal(second, want)
+        assert traced == 1
+    waited = got[0][3]
+    assert waited is not None and 0 < waited < 10, f"timed out after {waited} s, not the new 0.5 s"
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_torch_group_one_tensor_lanes_blocking_and_async(world):
+    torch = pytest.importorskip("torch")
+    from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, ReduceScatterOptions
+
+    from collectives.torch_ops import DoneWork
+    from collectives.torch_pg import RingzeroProcessGroup
+
+    n = 4 * world
+
+    def opts(cls, async_op):
+        o = cls()
+        o.asyncOp = async_op
+        return o
+
+    def fn(c):
+        pg = RingzeroProcessGroup(c)
+        out = {}
+        for a in (False, True):
+            t = torch.arange(n, dtype=torch.float32) + c.rank
+            w = pg.allreduce([t], opts(AllreduceOptions, a))
+            out[("ar", a, "done")] = isinstance(w, DoneWork) and w.is_completed() if not a else None
+            out[("ar", a, "wait")] = w.wait() and w.wait()  # torch may wait more than once
+            out[("ar", a, "value")] = w.get_future().value()[0] is t
+            out[("ar", a)] = t.numpy().copy()
+            x = torch.arange(n, dtype=torch.float64) * (c.rank + 1)
+            o = torch.empty(n // world, dtype=torch.float64)
+            w = pg.reduce_scatter_single(o, x, opts(ReduceScatterOptions, a))
+            fut = w.get_future()  # asked for before it finished: the progress thread completes it
+            out[("rs", a, "value")] = fut.wait()[0] is o and w.is_completed() and w.is_success()
+            out[("rs", a)] = o.numpy().copy()
+            piece = torch.full((3,), c.rank, dtype=torch.int64)
+            g = torch.empty(3 * world, dtype=torch.int64)
+            w = pg.all_gather_single(g, piece, opts(AllgatherOptions, a))
+            w.wait()
+            out[("ag", a)] = g.numpy().copy()
+        c.close()
+        w = pg.allreduce([torch.ones(4)], opts(AllreduceOptions, False))  # a closed communicator
+        out["closed_done"] = w.is_completed() and not w.is_success()
+        try:
+            w.wait()
+            out["closed_raises"] = False
+        except RuntimeError as e:
+            out["closed_raises"] = "closed" in str(e)
+        return out
+
+    got = simulate(world, fn)
+    ar = sum(np.arange(n, dtype=np.float32) + r for r in range(world))
+    rs = sum(np.arange(n, dtype=np.float64) * (r + 1) for r in range(world))
+    ag = np.repeat(np.arange(world, dtype=np.int64), 3)
+    for r, out in enumerate(got):
+        for a in (False, True):
+            np.testing.assert_array_equal(out[("ar", a)], ar)
+            np.testing.assert_array_equal(out[("rs", a)], rs[r * (n // world):(r + 1) * (n // world)])
+            assert out[("rs", a, "value")], "the future's value is the output tensor, without wait()"
+            np.testing.assert_array_equal(out[("ag", a)], ag)
+            assert out[("ar", a, "wait")] is True and out[("ar", a, "value")]
+        assert out[("ar", False, "done")], "a blocking call returns a completed DoneWork"
+        assert out["closed_done"] and out["closed_raises"]
+
+
+def test_a_tensor_changed_in_place_between_calls_is_adapted_afresh():
+    """The adapter remembers small CPU tensors it has seen; set_(), resize_() and
+    ``t.data = ...`` between calls must not reuse the old view."""
+    torch = pytest.importorskip("torch")
+
+    def fn(c):
+        r = c.rank + 1
+        t = torch.arange(4, dtype=torch.float32) * r
+        got = [c.all_reduce(t, out=t).clone()]
+        t.set_(torch.arange(6, dtype=torch.float32) * r)  # new memory, new shape
+        got.append(c.all_reduce(t, out=t).clone())
+        t.resize_(3)  # same memory, fewer elements
+        got.append(c.all_reduce(t, out=t).clone())
+        t.data = torch.full((3,), r, dtype=torch.int64)  # new dtype
+        got.append(c.all_reduce(t, out=t).clone())
+        return got
+
+    for got in simulate(2, fn):
+        np.testing.assert_array_equal(got[0].numpy(), np.arange(4, dtype=np.float32) * 3)
+        np.testing.assert_array_equal(got[1].numpy(), np.arange(6, dtype=np.float32) * 3)
+        np.testing.assert_array_equal(got[2].numpy(), np.arange(3, dtype=np.float32) * 6)
+        assert got[3].dtype == torch.int64
+        np.testing.assert_array_equal(got[3].numpy(), np.full(3, 3, np.int64))
