@@ -19,9 +19,10 @@ from . import ring
 from .agree import ALGORITHMS, COLLECTIVES, MAX_SMALL_BYTES, digest, make_header
 from .arrays import NUMPY, Array, adapt, check_overlap
 from .context import Context
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, make_baseline
 from .dtypes import check_op, dtype_code
 from .kernels import NUMPY_KERNELS
+from .schedule import check_counts
 from .work import Engine
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # fewer, larger messages won here: each rendezvous costs ~10 us
@@ -83,7 +84,7 @@ class Communicator(Dispatcher):
         elif algorithm != "ring":
             raise ValueError(f"algorithm {algorithm!r} needs an MPI communicator, not a custom transport")
         # The baselines: someone else's collectives behind our API (None for our ring).
-        self._baseline = _make_baseline(algorithm, transport)
+        self._baseline = make_baseline(algorithm, transport)
         self.transport = transport
         self.rank, self.size = transport.rank, transport.size
         self._seq = 0
@@ -142,7 +143,7 @@ class Communicator(Dispatcher):
                                  f"world size {self.size}; pass counts= for an uneven split")
             counts, fingerprint = self._even(xa.size // self.size)
         else:
-            counts = self._check_counts(counts, "reduce_scatter")
+            counts = check_counts(counts, self.size, "reduce_scatter")
             if sum(counts) != xa.size:
                 raise ValueError(f"reduce_scatter: counts add up to {sum(counts)}, x has {xa.size} elements")
             fingerprint = digest(counts)
@@ -164,7 +165,7 @@ class Communicator(Dispatcher):
         if counts is None:
             counts, fingerprint = self._even(xa.size)
         else:
-            counts = self._check_counts(counts, "all_gather")
+            counts = check_counts(counts, self.size, "all_gather")
             if counts[self.rank] != xa.size:
                 raise ValueError(f"all_gather: counts[{self.rank}] = {counts[self.rank]} but x has "
                                  f"{xa.size} elements on rank {self.rank}")
@@ -284,29 +285,3 @@ class Communicator(Dispatcher):
             counts = (piece,) * self.size  # a tuple: shared by calls, so never modified
             got = self._even_counts[piece] = (counts, digest(counts))
         return got
-
-    def _check_counts(self, counts, what):
-        try:
-            given = list(counts)
-        except TypeError:
-            raise TypeError(f"{what}: counts must be a sequence of integers, got {counts!r}") from None
-        bad = [c for c in given if not isinstance(c, numbers.Integral)]
-        if bad:  # int(2.5) would quietly make it 2
-            raise TypeError(f"{what}: counts must be integers, got {bad[0]!r} in {given!r}")
-        counts = [int(c) for c in given]
-        if len(counts) != self.size:
-            raise ValueError(f"{what}: counts has {len(counts)} entries, world size is {self.size}")
-        if any(c < 0 for c in counts):
-            raise ValueError(f"{what}: counts must be >= 0, got {counts}")
-        return counts
-
-
-def _make_baseline(algorithm: str, transport):
-    """The registry of other libraries' collectives, imported only when asked for."""
-    if algorithm == "mpi":
-        from .mpi_algo import MpiAlgorithm
-        return MpiAlgorithm(transport.comm)
-    if algorithm == "nccl":
-        from .nccl_algo import NcclAlgorithm  # a clear error without cupy or NCCL
-        return NcclAlgorithm(transport)
-    return None

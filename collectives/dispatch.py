@@ -227,3 +227,14 @@ RUNNERS = {"all_reduce": Dispatcher._run_all_reduce, "reduce_scatter": Dispatche
 def _granule(x) -> int:
     """Segments start on 64-byte boundaries so vector loads stay aligned."""
     return max(1, 64 // x.dtype.itemsize)
+
+
+def make_baseline(algorithm: str, transport):
+    """The registry of other libraries' collectives, imported only when asked for."""
+    if algorithm == "mpi":
+        from .mpi_algo import MpiAlgorithm
+        return MpiAlgorithm(transport.comm)
+    if algorithm == "nccl":
+        from .nccl_algo import NcclAlgorithm  # a clear error without cupy or NCCL
+        return NcclAlgorithm(transport)
+    return None

@@ -26,6 +26,8 @@ Everything here is pure: tests check it for every world size up to 16.
 """
 from __future__ import annotations
 
+import numbers
+
 from typing import NamedTuple
 
 
@@ -107,3 +109,21 @@ def halving_peers(rank: int, world: int) -> tuple[int, list[int]]:
         partners.append(rank ^ d)
         d *= 2
     return p, partners
+
+
+def check_counts(counts, size: int, what: str) -> list[int]:
+    """A caller's ``counts``: a sequence of ``size`` non-negative integers (as a list),
+    or TypeError/ValueError naming the collective ``what``."""
+    try:
+        given = list(counts)
+    except TypeError:
+        raise TypeError(f"{what}: counts must be a sequence of integers, got {counts!r}") from None
+    bad = [c for c in given if not isinstance(c, numbers.Integral)]
+    if bad:  # int(2.5) would quietly make it 2
+        raise TypeError(f"{what}: counts must be integers, got {bad[0]!r} in {given!r}")
+    counts = [int(c) for c in given]
+    if len(counts) != size:
+        raise ValueError(f"{what}: counts has {len(counts)} entries, world size is {size}")
+    if any(c < 0 for c in counts):
+        raise ValueError(f"{what}: counts must be >= 0, got {counts}")
+    return counts

@@ -29,11 +29,11 @@ from .arrays import adapt
 from .communicator import Communicator
 from .errors import CollectiveError, CollectiveTimeout
 from .torch_ops import DoneWork, FutureWork, OneWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
-from .torch_rooted import RootedCollectives
+from .torch_rooted import GroupNames, RootedCollectives
 from .work import Work
 
 
-class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
+class RingzeroProcessGroup(GroupNames, RootedCollectives, dist.ProcessGroup):
     """A torch ProcessGroup whose collectives run on a ringzero Communicator.
 
     Args:
@@ -49,39 +49,6 @@ class RingzeroProcessGroup(RootedCollectives, dist.ProcessGroup):
         self._group_name = ""
         self._group_desc = ""
         self._closed = False
-
-    # ------------------------------------------------------------- identity
-    def getBackendName(self) -> str:
-        return "ringzero"
-
-    def name(self) -> str:
-        return "ringzero"
-
-    def getGroupName(self) -> str:
-        return self._group_name
-
-    def setGroupName(self, name: str) -> None:
-        self._group_name = name
-
-    def getGroupDesc(self) -> str:
-        return self._group_desc
-
-    def setGroupDesc(self, desc: str) -> None:
-        self._group_desc = desc
-
-    @property
-    def group_name(self) -> str:
-        return self._group_name
-
-    @property
-    def group_desc(self) -> str:
-        return self._group_desc
-
-    def _set_group_name(self, name: str) -> None:
-        self._group_name = name
-
-    def _set_group_desc(self, desc: str) -> None:
-        self._group_desc = desc
 
     def shutdown(self) -> None:
         """Finish queued work, stop the progress thread, free the MPI communicators

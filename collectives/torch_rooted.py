@@ -6,6 +6,7 @@ the same bytes for a reduce as for an all-reduce's first half and more, but
 correctness and a clear call order come first. Point-to-point and scatter
 have no Communicator counterpart: they raise an error naming the call
 instead of torch's "No backend type associated with device type cpu".
+The group's names (get/setGroupName, get/setGroupDesc) live here too.
 """
 from __future__ import annotations
 
@@ -55,3 +56,43 @@ class RootedCollectives:
 
     def allgather_coalesced(self, *args, **kwargs):
         self._unsupported("allgather_coalesced")
+
+
+class GroupNames:
+    """The names torch gives a group (DTensor and functional collectives need them set:
+    "ProcessGroup name not set" otherwise), for a mixin beside dist.ProcessGroup."""
+
+    _group_name = ""
+    _group_desc = ""
+
+    def getBackendName(self) -> str:
+        return "ringzero"
+
+    def name(self) -> str:
+        return "ringzero"
+
+    def getGroupName(self) -> str:
+        return self._group_name
+
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupDesc(self) -> str:
+        return self._group_desc
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    @property
+    def group_desc(self) -> str:
+        return self._group_desc
+
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._group_desc = desc
