@@ -134,13 +134,12 @@ __device__ __forceinline__ void vstore(T* base, i64 i, const Vec<T, V>& v) {
 // every warp's accesses coalesced and put U times as many in flight.
 // cuda_kernels.py passes -DRZ_UNROLL=U for a variant (bench/kernels.py
 // --variants measures them side by side); the default is the value here.
-// Measured on the second H200 run (bench/results/gpu-h200-run2), 1 GiB f32
-// buffers, share of a device copy: reduce u1 93.5%, u2 91.8%, u4 90.7%; casts
-// and scale ranked the same way. So unrolling was not what lifted the reduce
-// from run 1's 84.5% (the same run changed the launch bounds and grid too),
-// and the default is 1; 2 and 4 stay as variants to measure again.
+// Measured on the H200, 1 GiB f32 buffers, share of a device copy, variants side
+// by side in one run (bench/results/gpu-h200-run2 and -run3): reduce u4 90.7% and
+// 95.2%, u2 91.8% and 93.8%, u1 93.5% and 89.5%. The ranking flips between runs
+// by a few percent; u4 is the one at or above 90% in both, so it is the default.
 #ifndef RZ_UNROLL
-#define RZ_UNROLL 1
+#define RZ_UNROLL 4
 #endif
 // 4 needs 57-64 registers in reduce.cu: 4 blocks of 256 per SM, MIN_BLOCKS_PER_SM in launch.py;
 // reduce.cu and cast.cu declare __launch_bounds__(256, 4) so NVRTC keeps to 64 as nvcc does.

@@ -71,7 +71,7 @@ NVRTC_IEEE = ("-ftz=false", "-prec-div=true", "-prec-sqrt=true")
 # 94-119 registers, 2 blocks per SM, under MIN_BLOCKS_PER_SM.
 UNROLLED = ("reduce.cu", "cast.cu")
 UNROLLS = (1, 2, 4)
-DEFAULT_UNROLL = 1  # the #define in csrc/rz_common.cuh (tests/test_kernels_launch.py checks they agree)
+DEFAULT_UNROLL = 4  # the #define in csrc/rz_common.cuh (tests/test_kernels_launch.py checks they agree)
 
 
 def nvrtc_options(file: str, arch: str, unroll: int | None = None) -> tuple[str, ...]:
