@@ -218,6 +218,13 @@ class Communicator(Dispatcher):
         # iterating a dict that grows raises "dictionary changed size"
         return sum(b.nbytes for b in tuple(self._scratch.values()))
 
+    def memory_bytes(self) -> dict[str, int]:
+        """Bytes this communicator holds now for its own use, by part: ``scratch``
+        (receive, partial-sum and agreement buffers) and ``symmetric`` (the heap's
+        scratch, stage and control windows; not the arrays ``alloc`` returned)."""
+        sym = self._symmetric
+        return {"scratch": self.scratch_bytes(), "symmetric": sym.heap.overhead_bytes() if sym is not None else 0}
+
     def close(self) -> None:
         """Finish queued work and release the progress thread and MPI resources."""
         self._engine.close()

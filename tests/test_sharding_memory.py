@@ -84,3 +84,21 @@ def test_stage3_report_counts_the_gathered_unit_in_use_and_the_trace():
 def test_memory_tool_refuses_bad_figures_in_one_line(args):
     p = subprocess.run([sys.executable, "-m", "sharding.memory", *args], capture_output=True, text=True)
     assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "--world" in p.stderr, p.stderr
+
+
+def test_communicator_memory_counts_the_symmetric_heaps_own_windows():
+    """Issue 11 #10: what the communicator holds for itself is in the report; the heap's
+    scratch (a 160 KB direct all-reduce into a private out needs 160 KB of it) is counted,
+    the caller's own heap array is not."""
+    import json
+
+    from conftest import run_mpi
+    proc = run_mpi(3, "memory_symmetric.py", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert sorted(r["rank"] for r in rows) == [0, 1, 2]
+    for r in rows:
+        assert r["ok"]
+        assert r["before"] == {"scratch": 0, "symmetric": 0}
+        assert r["after_alloc"]["symmetric"] < 160000          # the caller's 160 KB array is not ours
+        assert r["after_call"]["symmetric"] >= 160000 + r["after_alloc"]["symmetric"]

@@ -146,6 +146,12 @@ class Heap:
         off = loc[1]
         return w.peers[q][off:off + count * dtype.itemsize].view(dtype)
 
+    def overhead_bytes(self) -> int:
+        """This rank's bytes in the heap's own windows (scratch, stage, control
+        slots): every window but those ``alloc`` handed out to the caller."""
+        handed = {id(w) for w in self._roots.values()}
+        return sum(w.nbytes for w in self.windows if w is not None and id(w) not in handed)
+
     def close(self) -> None:
         for w in self.windows:
             if w is not None:
