@@ -235,11 +235,3 @@ def split_counts(t, splits, n, name, rank):
         raise ValueError(f"all_to_all_single on rank {rank}: {name}_split_sizes {list(splits)} do not split "
                          f"{rows} rows over {n} ranks")
     return [s * row for s in splits]
-
-
-def displs(counts):
-    out, at = [], 0
-    for c in counts:
-        out.append(at)
-        at += c
-    return out

@@ -17,23 +17,22 @@ completes. Only this file and torch_backend.py import torch.
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions,
-                                        AllToAllOptions, BarrierOptions, BroadcastOptions,
+                                        BarrierOptions, BroadcastOptions,
                                         ReduceScatterOptions)
 
-from .arrays import adapt
 from .communicator import Communicator
-from .errors import CollectiveError, CollectiveTimeout
-from .torch_ops import DoneWork, FutureWork, OneWork, Stage, displs, premul_factor, reduce_op, same_length, split_counts
+from .errors import CollectiveError
+from .torch_ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
+from .torch_mpi import MpiCalls
 from .torch_rooted import GroupNames, RootedCollectives
 from .work import Work
 
 
-class RingzeroProcessGroup(GroupNames, RootedCollectives, dist.ProcessGroup):
+class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.ProcessGroup):
     """A torch ProcessGroup whose collectives run on a ringzero Communicator.
 
     Args:
@@ -45,7 +44,8 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, dist.ProcessGroup):
         super().__init__(comm.rank, comm.size)
         self.comm = comm
         self._mpi_comm = mpi_comm
-        self._a2a_comm = mpi_comm.Dup() if mpi_comm is not None else None
+        self._a2a_comm = mpi_comm.Dup() if mpi_comm is not None else None  # all-to-all, scatter
+        self._p2p_comm = mpi_comm.Dup() if mpi_comm is not None else None  # send, recv
         self._group_name = ""
         self._group_desc = ""
         self._closed = False
@@ -57,7 +57,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, dist.ProcessGroup):
             return
         self._closed = True
         self.comm.close()  # later calls raise "communicator is closed"
-        for c in (self._a2a_comm, self._mpi_comm):
+        for c in (self._a2a_comm, self._p2p_comm, self._mpi_comm):
             if c is not None:
                 c.Free()
 
@@ -168,45 +168,12 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, dist.ProcessGroup):
     def barrier(self, opts=BarrierOptions()):
         return self._start([lambda a: self.comm.barrier(async_op=a)], [], Stage(), opts)
 
-    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
-                          opts=AllToAllOptions()):
-        """MPI's own Ialltoallv on a duplicate of the group's communicator, queued on the
-        Communicator's progress thread so it keeps its place in the call order."""
-        if self._a2a_comm is None:
-            raise RuntimeError("all_to_all_single: this group has no MPI communicator")
-        n, rank = self.comm.size, self.comm.rank
-        in_counts = split_counts(input, input_split_sizes, n, "input", rank)
-        out_counts = split_counts(output, output_split_sizes, n, "output", rank)
-        if output.dtype != input.dtype:
-            raise TypeError(f"all_to_all_single on rank {rank}: output is {output.dtype}, input {input.dtype}")
-        stage = Stage()
-        if input.is_cuda:  # MPI's all-to-all moves host memory: stage through it
-            x, out = input.detach().contiguous().cpu(), stage.host_copy(output)
-        else:
-            x, out = stage.input(input), stage.output(output)
-        size = x.element_size()
-        label = f"all_to_all_single on rank {rank}"
-
-        def body():
-            from mpi4py import MPI
-            send = adapt(x).flat.view("u1")
-            recv = adapt(out, "output", writable=True).flat.view("u1")
-            sc, rc = [c * size for c in in_counts], [c * size for c in out_counts]
-            req = self._a2a_comm.Ialltoallv([send, (sc, displs(sc)), MPI.BYTE], [recv, (rc, displs(rc)), MPI.BYTE])
-            deadline = time.monotonic() + self.comm.timeout
-            while not req.Test():
-                if time.monotonic() > deadline:
-                    raise CollectiveTimeout(f"{label}: MPI all-to-all not complete after {self.comm.timeout} s")
-                time.sleep(20e-6)
-        work = self.comm._engine.submit(body, label)  # the progress thread keeps call order
-        return self._start([lambda a: work], [output], stage)
-
     # aliases older torch dispatches to
     _allgather_base = all_gather_single
     _reduce_scatter_base = reduce_scatter_single
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
-    alltoall_base = all_to_all_single
+    alltoall_base = MpiCalls.all_to_all_single
 
     # ----------------------------------------------------------- execution
     def _one(self, launch, outputs, opts):

@@ -3,8 +3,9 @@
 ``reduce`` and ``gather`` are built from all-reduce and all-gather (every
 rank computes what the root keeps; the others discard it): the ring moves
 the same bytes for a reduce as for an all-reduce's first half and more, but
-correctness and a clear call order come first. Point-to-point and scatter
-have no Communicator counterpart: they raise an error naming the call
+correctness and a clear call order come first. (All-to-all, scatter and
+point-to-point run on MPI's own calls: torch_mpi.py.) The deprecated
+allgather_coalesced raises an error naming the call
 instead of torch's "No backend type associated with device type cpu".
 The group's names (get/setGroupName, get/setGroupDesc) live here too.
 """
@@ -35,24 +36,8 @@ class RootedCollectives:
         return self.allgather(output_lists, inputs, ag)
 
     def _unsupported(self, what):
-        raise NotImplementedError(f"the ringzero backend has no {what} (rank {self.comm.rank}); it runs "
-                                  f"all_reduce, reduce_scatter, all_gather, broadcast, barrier, reduce, gather "
-                                  f"and all_to_all_single")
-
-    def send(self, *args, **kwargs):
-        self._unsupported("send")
-
-    def recv(self, *args, **kwargs):
-        self._unsupported("recv")
-
-    def recv_anysource(self, *args, **kwargs):
-        self._unsupported("recv")
-
-    def scatter(self, *args, **kwargs):
-        self._unsupported("scatter")
-
-    def alltoall(self, *args, **kwargs):
-        self._unsupported("list-form all_to_all (use all_to_all_single)")
+        raise NotImplementedError(f"the ringzero backend has no {what} (rank {self.comm.rank}), which torch "
+                                  f"deprecates: call all_gather once per tensor, or all_gather_into_tensor")
 
     def allgather_coalesced(self, *args, **kwargs):
         self._unsupported("allgather_coalesced")

@@ -196,13 +196,50 @@ for root in range(N):
     dist.gather(tensor(values(R, 5, root), torch.int64), outs, dst=root)
     for r in range(N if R == root else 0):
         check(outs[r], values(r, 5, root), f"gather[{r}] dst={root}")
+# point-to-point (MPI's own Isend/Irecv on a duplicate communicator): a ring shift, a
+# strided receive, a receive from any source, large and bfloat16 messages
+right, left = (R + 1) % N, (R - 1) % N
+for count, dt in ((5, torch.float32), (300_001, torch.float32), (7, torch.bfloat16)):
+    send_t = tensor(values(R, count, 8), dt)
+    recv_t = torch.full((count,), -99.0, dtype=dt)
+    sw = dist.isend(send_t, right, tag=3)
+    dist.recv(recv_t, left, tag=3)
+    sw.wait()
+    check(recv_t, values(left, count, 8), f"send/recv ring shift {count} {dt}")
+strided = torch.full((4, 6), -99.0)[:, ::2]  # a non-contiguous receive buffer
+sw = dist.isend(tensor(values(R, 12, 9), torch.float32).reshape(4, 3), right, tag=4)
+dist.recv(strided, left, tag=4)
+sw.wait()
+check(strided, values(left, 12, 9).reshape(4, 3), "recv into a strided tensor")
+if N > 1:  # rank 0 receives from whoever sends: rank N-1
+    if R == N - 1:
+        dist.send(tensor(values(R, 9, 10), torch.float32), 0, tag=5)
+    if R == 0:
+        got = torch.empty(9)
+        src = dist.recv(got, tag=5)
+        check(got, values(N - 1, 9, 10), "recv from any source")
+        checks += 1
+        if src != N - 1:
+            failures.append(f"FAIL rank {R}: recv from any source reported rank {src}, not {N - 1}")
+
+# scatter (MPI's Iscatterv) and list-form all-to-all (Ialltoallv), exact
+for root in range(N):
+    out = torch.full((R + 2,), -99, dtype=torch.int64)
+    pieces = [tensor(values(r, r + 2, root) * 10 + root, torch.int64) for r in range(N)] if R == root else None
+    dist.scatter(out, pieces, src=root)
+    check(out, values(R, R + 2, root) * 10 + root, f"scatter src={root}")
+ins = [tensor(values(R, r + 1, 11 + r), torch.float64) for r in range(N)]  # piece r is r+1 long
+outs = [torch.full((R + 1,), -99.0, dtype=torch.float64) for _ in range(N)]
+dist.all_to_all(outs, ins)
+for r in range(N):
+    check(outs[r], values(r, R + 1, 11 + R), f"all_to_all list piece from {r}")
 try:
-    dist.send(torch.ones(1), (R + 1) % N)
-    failures.append(f"FAIL rank {R}: send did not raise")
-except NotImplementedError as e:
+    dist.all_gather_coalesced([[torch.empty(1) for _ in range(N)]], [torch.ones(1)])
+    failures.append(f"FAIL rank {R}: all_gather_coalesced did not raise")
+except (NotImplementedError, RuntimeError) as e:
     checks += 1
-    if "send" not in str(e):
-        failures.append(f"FAIL rank {R}: send's error does not name it: {e}")
+    if "allgather_coalesced" not in str(e) and "all_gather_coalesced" not in str(e):
+        failures.append(f"FAIL rank {R}: all_gather_coalesced's error does not name it: {e}")
 
 # barrier: nobody leaves before the last one arrives
 dist.barrier()  # everyone starts the clock together (within scheduling noise)
