@@ -1,12 +1,11 @@
-"""The process group's rooted collectives, and clear errors for what it lacks.
+"""The process group's rooted collectives, the coalesced all-gather, and its names.
 
 ``reduce`` and ``gather`` are built from all-reduce and all-gather (every
 rank computes what the root keeps; the others discard it): the ring moves
 the same bytes for a reduce as for an all-reduce's first half and more, but
 correctness and a clear call order come first. (All-to-all, scatter and
 point-to-point run on MPI's own calls: torch_mpi.py.) The deprecated
-allgather_coalesced raises an error naming the call
-instead of torch's "No backend type associated with device type cpu".
+``allgather_coalesced`` is one list-form all-gather per tensor.
 The group's names (get/setGroupName, get/setGroupDesc) live here too.
 """
 from __future__ import annotations
@@ -35,13 +34,14 @@ class RootedCollectives:
             output_lists = [[torch.empty_like(i) for _ in range(self.comm.size)] for i in inputs]
         return self.allgather(output_lists, inputs, ag)
 
-    def _unsupported(self, what):
-        raise NotImplementedError(f"the ringzero backend has no {what} (rank {self.comm.rank}), which torch "
-                                  f"deprecates: call all_gather once per tensor, or all_gather_into_tensor")
-
-    def allgather_coalesced(self, *args, **kwargs):
-        self._unsupported("allgather_coalesced")
-
+    def allgather_coalesced(self, output_lists, inputs, opts=AllgatherOptions()):
+        """``output_lists[r][i]`` receives rank r's ``inputs[i]``: one list-form
+        all-gather per input tensor."""
+        n = self.comm.size
+        if len(output_lists) != n or any(len(o) != len(inputs) for o in output_lists):
+            raise ValueError(f"all_gather_coalesced on rank {self.comm.rank}: needs {n} output lists of "
+                             f"{len(inputs)} tensors each")
+        return self.allgather([[output_lists[r][i] for r in range(n)] for i in range(len(inputs))], inputs, opts)
 
 class GroupNames:
     """The names torch gives a group (DTensor and functional collectives need them set:
