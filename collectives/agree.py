@@ -86,7 +86,11 @@ def _agreement(ctx, header, payload, op, source, pause):
     if bufs is None:
         bufs = _Buffers.get(ctx, pbytes, dtype)
     send, recv, cur, got, mine, theirs = bufs.views
-    _WIRE.pack_into(send, 0, *header, *[-v for v in header])
+    wire = getattr(header, "wire", None)  # a Header (header.py) carries its packed image
+    if wire is not None:
+        bufs.said[:] = wire
+    else:
+        _WIRE.pack_into(send, 0, *header, *[-v for v in header])
     if payload is not None:
         np.copyto(mine, payload if source is None else source)
     tracing = payload is not None and ctx.tracer is not None

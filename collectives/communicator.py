@@ -1,28 +1,27 @@
-"""The public object: ``Communicator``, its collectives and their argument checks.
+"""The public object: ``Communicator`` and its collectives.
 
 Every call adapts its arrays once (arrays.py: numpy, cupy or torch), checks
 its arguments on the caller's thread before a byte moves, builds the header,
 and hands over to dispatch.py, which runs it (now, or queued behind earlier
 async calls): header agreement (agree.py), then the algorithm chosen at
-construction.
+construction. The checks and the header make a plan (plan.py), kept for a
+call that passes the same objects again, which then only checks that they
+are unchanged.
 """
 from __future__ import annotations
 
 import itertools
-import numbers
 import os
 
 
 import numpy as np
 
-from . import ring
-from .agree import ALGORITHMS, COLLECTIVES, MAX_SMALL_BYTES, digest, make_header
-from .arrays import NUMPY, Array, adapt, check_overlap
+from . import plan, ring
+from .agree import ALGORITHMS, MAX_SMALL_BYTES
 from .context import Context
 from .dispatch import Dispatcher, make_baseline
-from .dtypes import check_op, dtype_code
+from .dtypes import dtype_code
 from .kernels import NUMPY_KERNELS
-from .schedule import check_counts
 from .work import Engine
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # fewer, larger messages won here: each rendezvous costs ~10 us
@@ -91,6 +90,8 @@ class Communicator(Dispatcher):
         self._even_counts: dict = {}  # piece size -> (equal counts, digest): see _even
         self._scratch: dict = {}
         self._cache: dict = {}
+        self._plans: dict = {}  # (collective, id(x), id(out), op or root) -> Plan: see plan.py
+        self._barrier_plan = None
         self._broken: BaseException | None = None
         self._device_transport = None
         self._engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
@@ -118,11 +119,13 @@ class Communicator(Dispatcher):
         Returns:
           ``out`` (a new array of x's kind and shape when None), or a Work.
         """
-        code = check_op(op)
-        xa = adapt(x, "x")
-        oa, in_place = self._out(out, xa, None, "all_reduce")
-        hdr = self._header("all_reduce", xa, op=code, count=xa.flat.size)
-        return self._dispatch("all_reduce", hdr, xa, oa, in_place, async_op, op)
+        key = None
+        if type(op) is str:  # a repeated call on the same objects: its plan, checked in a few compares
+            key = ("ar", id(x), id(out), op)
+            p = self._plans.get(key)
+            if p is not None and p.holds(x, out):
+                return self._dispatch(p, *p.bind(x, out), async_op)
+        return self._dispatch(*plan.all_reduce(self, key, x, op, out), async_op)
 
     def reduce_scatter(self, x, op: str = "sum", out=None, counts=None, async_op: bool = False):
         """Reduce ``x`` over all ranks; rank r gets the r-th segment.
@@ -135,21 +138,13 @@ class Communicator(Dispatcher):
             equal split, which needs x.size divisible by the world size.
           async_op: return a Work instead of the result.
         """
-        code = check_op(op)
-        xa = adapt(x, "x")
-        if counts is None:
-            if xa.size % self.size:
-                raise ValueError(f"reduce_scatter: x has {xa.size} elements, not divisible by "
-                                 f"world size {self.size}; pass counts= for an uneven split")
-            counts, fingerprint = self._even(xa.size // self.size)
-        else:
-            counts = check_counts(counts, self.size, "reduce_scatter")
-            if sum(counts) != xa.size:
-                raise ValueError(f"reduce_scatter: counts add up to {sum(counts)}, x has {xa.size} elements")
-            fingerprint = digest(counts)
-        oa, _ = self._out(out, xa, counts[self.rank], "reduce_scatter")
-        hdr = self._header("reduce_scatter", xa, op=code, count=xa.size, counts=fingerprint)
-        return self._dispatch("reduce_scatter", hdr, xa, oa, False, async_op, op, counts)
+        key = None
+        if counts is None and type(op) is str:
+            key = ("rs", id(x), id(out), op)
+            p = self._plans.get(key)
+            if p is not None and p.holds(x, out):
+                return self._dispatch(p, *p.bind(x, out), async_op)
+        return self._dispatch(*plan.reduce_scatter(self, key, x, op, out, counts), async_op)
 
     def all_gather(self, x, out=None, counts=None, async_op: bool = False):
         """Gather every rank's ``x`` into one flat array, in rank order.
@@ -161,19 +156,13 @@ class Communicator(Dispatcher):
           counts: elements per rank; by default every piece has x.size.
           async_op: return a Work instead of the result.
         """
-        xa = adapt(x, "x")
+        key = None
         if counts is None:
-            counts, fingerprint = self._even(xa.size)
-        else:
-            counts = check_counts(counts, self.size, "all_gather")
-            if counts[self.rank] != xa.size:
-                raise ValueError(f"all_gather: counts[{self.rank}] = {counts[self.rank]} but x has "
-                                 f"{xa.size} elements on rank {self.rank}")
-            fingerprint = digest(counts)
-        # the header counts the whole output, however the counts were given
-        oa, in_place = self._out(out, xa, sum(counts), "all_gather", offset=sum(counts[:self.rank]))
-        hdr = self._header("all_gather", xa, count=oa.size, counts=fingerprint)
-        return self._dispatch("all_gather", hdr, xa, oa, in_place, async_op, counts)
+            key = ("ag", id(x), id(out))
+            p = self._plans.get(key)
+            if p is not None and p.holds(x, out):
+                return self._dispatch(p, *p.bind(x, out), async_op)
+        return self._dispatch(*plan.all_gather(self, key, x, out, counts), async_op)
 
     def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
         """Copy ``root``'s ``x`` to every rank.
@@ -184,17 +173,20 @@ class Communicator(Dispatcher):
           out: where to write (same size, dtype and kind); ``out=x`` is in place.
           async_op: return a Work instead of the result.
         """
-        xa = adapt(x, "x")
-        if not isinstance(root, numbers.Integral) or not 0 <= root < self.size:
-            raise ValueError(f"broadcast: root {root!r} is not a rank of this group (size {self.size})")
-        oa, in_place = self._out(out, xa, None, "broadcast")
-        hdr = self._header("broadcast", xa, count=xa.size, root=int(root))
-        return self._dispatch("broadcast", hdr, xa, oa, in_place, async_op, int(root))
+        key = None
+        if type(root) is int:
+            key = ("bc", id(x), id(out), root)
+            p = self._plans.get(key)
+            if p is not None and p.holds(x, out):
+                return self._dispatch(p, *p.bind(x, out), async_op)
+        return self._dispatch(*plan.broadcast(self, key, x, root, out), async_op)
 
     def barrier(self, async_op: bool = False):
         """Return once every rank has entered the barrier."""
-        hdr = self._header("barrier", None)
-        return self._dispatch("barrier", hdr, None, None, False, async_op)
+        p = self._barrier_plan
+        if p is None:
+            p = self._barrier_plan = plan.barrier(self)
+        return self._dispatch(p, None, None, async_op)
 
     def alloc(self, shape, dtype=np.float32) -> np.ndarray:
         """A numpy array in the node's symmetric heap: collectives on such arrays read
@@ -210,6 +202,8 @@ class Communicator(Dispatcher):
         if self._symmetric is None:
             from .symmetric import Symmetric
             self._symmetric = Symmetric(self, direct=self.algorithm == "ring")
+            self._plans.clear()  # plans made before chose their path without the heap
+            self._barrier_plan = None
         return self._symmetric.alloc(shape, dtype)
 
     def scratch_bytes(self) -> int:
@@ -244,51 +238,3 @@ class Communicator(Dispatcher):
 
     def __repr__(self) -> str:
         return f"<Communicator rank {self.rank}/{self.size} algorithm={self.algorithm}>"
-
-    # ------------------------------------------------------------- helpers
-    def _header(self, name, xa: Array | None, op=0, count=0, counts=0, root=0):
-        seq = self._seq
-        self._seq += 1
-        if xa is None:
-            dtype, device = 0, 0
-        else:
-            dtype, device = dtype_code(xa.flat.dtype), int(xa.device)
-        return make_header(seq, COLLECTIVES[name], op, dtype, count, counts, root,
-                           ALGORITHMS[self.algorithm], self.chunk_bytes, self.small_bytes, device)
-
-    def _out(self, out, xa: Array, n: int | None, what: str, offset: int = 0) -> tuple[Array, bool]:
-        """(``out`` adapted and checked against ``x`` (n elements; None: x's size), or a new
-        array of x's kind; whether the call is in place). The aliasing rule
-        (arrays.check_overlap) is checked here."""
-        if out is None:
-            return xa.kind.empty(xa, n), False
-        if out is xa.obj and n is None and (xa.kind is not NUMPY or out.flags.writeable):
-            return xa, True  # in place (all_reduce, broadcast): x adapted once serves as out
-        if type(out) is np.ndarray and xa.kind is NUMPY and out.dtype is xa.flat.dtype \
-                and out.size == (xa.flat.size if n is None else n) and out.flags.c_contiguous and out.flags.writeable:
-            # the common case, a host array of the right size and type, in a few checks
-            oa = Array(out, out if out.ndim == 1 else out.reshape(-1), NUMPY_KERNELS, False, NUMPY)
-            if out.base is None and xa.obj.base is None and out is not xa.obj:
-                return oa, False  # two arrays that own their memory share none of it
-            return oa, check_overlap(what, xa, oa, self.rank, offset)
-        oa = adapt(out, "out", writable=True)
-        want = xa.size if n is None else n
-        if oa.flat.dtype != xa.flat.dtype:
-            raise TypeError(f"{what}: out has dtype {oa.flat.dtype}, x has {xa.flat.dtype}")
-        if oa.size != want:
-            raise ValueError(f"{what}: out has {oa.size} elements, expected {want}")
-        if oa.device != xa.device:
-            raise TypeError(f"{what}: out and x must both be host (numpy, CPU torch) or both device "
-                            f"(cupy, CUDA torch) arrays; x is a {xa.kind.name}, out a {oa.kind.name}")
-        return oa, check_overlap(what, xa, oa, self.rank, offset)
-
-    def _even(self, piece: int) -> tuple[tuple[int, ...], int]:
-        """(counts of an equal split, their digest), remembered per piece size: the
-        digest is a Python loop over the ranks, on every small call otherwise."""
-        got = self._even_counts.get(piece)
-        if got is None:
-            if len(self._even_counts) >= 64:  # a caller cycling through sizes
-                self._even_counts.clear()
-            counts = (piece,) * self.size  # a tuple: shared by calls, so never modified
-            got = self._even_counts[piece] = (counts, digest(counts))
-        return got

@@ -58,7 +58,8 @@ class Context:
     """
 
     def __init__(self, transport, kernels, label, timeout, chunk, scratch, tracer=None, cache=None, window=2):
-        self.transport, self.kernels, self.label = transport, kernels, label
+        self.transport, self.kernels, self._label = transport, kernels, label
+        self._kind, self._seq = "", 0
         self.rank, self.size = transport.rank, transport.size
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
@@ -72,12 +73,23 @@ class Context:
         self.posted = []  # every send and receive this collective posted: see abandon
         self._landing = []  # traced receives not yet waited for: (handle, buffer, trace fields)
 
-    def renew(self, label: str, kernels, chunk: int, timeout: float, tracer) -> None:
-        """Start the next collective on this Context (a communicator reuses one for
-        host collectives: building one per call costs more than a small collective's
-        own bookkeeping). A fresh deadline, nothing posted, no agreement pending;
-        the communicator's timeout and tracer as they are now."""
-        self.label, self.kernels, self.chunk, self.timeout, self.tracer = label, kernels, chunk, timeout, tracer
+    @property
+    def label(self) -> str:
+        """Names the collective in errors and traces, e.g. "all_reduce #12" (made on
+        first use: most calls never need it)."""
+        label = self._label
+        if label is None:
+            label = self._label = f"{self._kind} #{self._seq}"
+        return label
+
+    def renew(self, kind: str, seq: int, chunk: int, timeout: float, tracer) -> None:
+        """Start the next collective (``kind``, call number ``seq``) on this Context: a
+        communicator reuses one for host collectives, since building one per call
+        costs more than a small collective's own bookkeeping. A fresh deadline,
+        nothing posted, no agreement pending; the communicator's timeout and
+        tracer as they are now."""
+        self._label, self._kind, self._seq = None, kind, seq
+        self.chunk, self.timeout, self.tracer = chunk, timeout, tracer
         self.deadline = time.monotonic() + timeout
         self.check = self._checking = None
         if self.posted:

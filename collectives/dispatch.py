@@ -27,64 +27,62 @@ from .transport.device import device_chunk_bytes
 class Dispatcher:
     """Execution for Communicator (a mixin: the state is set up in Communicator.__init__)."""
 
-    def _dispatch(self, kind: str, hdr, x: Array | None, out: Array | None, in_place: bool, async_op: bool,
-                  *args):
-        """Run collective ``kind`` on adapted, checked buffers (``in_place``: x is out, or
-        for all_gather out's own segment): now on this thread, or queued behind earlier
-        async calls. Returns the caller's ``out`` object, or a Work."""
-        run = RUNNERS[kind]
-        sym = self._symmetric
-        if sym is not None and _symmetric_takes(sym, kind, x):  # in the node's heap: read peers directly
-            run = SYMMETRIC_RUNNERS[kind]
-        label = f"{kind} #{self._seq - 1}"
-        if not async_op and (out is None or not out.device):
+    def _dispatch(self, p, xa: Array | None, oa: Array | None, async_op: bool):
+        """Run the call that plan ``p`` (plan.py) describes on adapted, checked buffers:
+        now on this thread, or queued behind earlier async calls. Returns the
+        caller's ``out`` object, or a Work."""
+        seq = self._seq
+        self._seq = seq + 1
+        if not async_op and p.host:
             # the fast lane: a blocking host call with nothing queued runs here, with no
-            # closure, no hand-off and the communicator's one reusable host Context
+            # closure, no hand-off, the plan's own header and the one reusable host Context
             engine = self._engine
-            if engine.enter_inline(label):
+            if engine.enter_inline(p.kind):
                 try:
-                    return self._execute(run, label, hdr, x, out, in_place, args, None)
+                    return self._execute(p, p.hdr.stamp(seq), seq, xa, oa, None)
                 finally:
                     engine.leave_inline()
-        stream = out.stream if out is not None else None
+        hdr = p.hdr.copy().stamp(seq)  # its own: the plan's may be stamped again before this runs
+        stream = oa.stream if oa is not None else None
         if stream is not None:
             stream.enter()  # after the caller's work on torch's current stream
 
         def task():
-            return self._execute(run, label, hdr, x, out, in_place, args, stream)
+            return self._execute(p, hdr, seq, xa, oa, stream)
 
+        label = f"{p.kind} #{seq}"
         if async_op:
             return self._engine.submit(task, label)
         return self._engine.run(task, label)
 
-    def _execute(self, run, label: str, hdr, x: Array | None, out: Array | None, in_place: bool, args, stream):
+    def _execute(self, p, hdr, seq: int, xa: Array | None, oa: Array | None, stream):
         """Run one collective (on whichever thread runs it now); return the caller's out
         object. Any error leaves the communicator unusable (``_broken``): a collective
         that failed on one rank may have left messages in flight."""
         if self._broken is not None:
-            raise CollectiveError(f"rank {self.rank}: {label}: communicator is unusable after an "
+            raise CollectiveError(f"rank {self.rank}: {p.kind} #{seq}: communicator is unusable after an "
                                   f"earlier error: {self._broken}") from self._broken
-        if out is None or not out.device:  # host arrays: everything prepared once
+        if p.host:  # host arrays: everything prepared once
             ctx = self._host_ctx  # one at a time: collectives never run side by side
-            ctx.renew(label, NUMPY_KERNELS, self.chunk_bytes if out is None
-                      else max(1, self.chunk_bytes // out.flat.itemsize), self.timeout, self.tracer)
+            ctx.renew(p.kind, seq, p.chunk, self.timeout, self.tracer)
         else:
-            kernels, chunk = out.kernels, max(1, device_chunk_bytes(self.chunk_bytes) // out.flat.itemsize)
-            ctx = Context(self._device(), kernels, label, self.timeout, chunk, self._scratch_for(kernels),
-                          self.tracer, self._cache, self.window)
+            kernels, chunk = oa.kernels, max(1, device_chunk_bytes(self.chunk_bytes) // oa.flat.itemsize)
+            ctx = Context(self._device(), kernels, f"{p.kind} #{seq}", self.timeout, chunk,
+                          self._scratch_for(kernels), self.tracer, self._cache, self.window)
+        tracer = ctx.tracer
         try:
-            if ctx.tracer is not None:
-                ctx.tracer.begin(label, rank=self.rank)
-            run(self, ctx, hdr, x, out, in_place, *args)
-            if ctx.tracer is not None:
-                ctx.tracer.end(label, rank=self.rank)
+            if tracer is not None:
+                tracer.begin(ctx.label, rank=self.rank)
+            p.run(self, ctx, hdr, xa, oa, p.in_place, *p.args)
+            if tracer is not None:
+                tracer.end(ctx.label, rank=self.rank)
         except BaseException as e:
             self._broken = e
             ctx.abandon()
             raise
         if stream is not None:
             stream.leave()  # the caller's later work on its stream waits for ours
-        return out.obj if out is not None else None
+        return oa.obj if oa is not None else None
 
     # ------------------------------------------------------------ bodies
     def _run_all_reduce(self, ctx, hdr, xa: Array, oa: Array, in_place: bool, op: str):
@@ -192,7 +190,7 @@ class Dispatcher:
         return scratch
 
 
-def _symmetric_takes(sym, kind: str, x: Array | None) -> bool:
+def symmetric_takes(sym, kind: str, x: Array | None) -> bool:
     """Whether collective ``kind`` on ``x`` takes the symmetric (direct) path."""
     if x is None:
         return kind == "barrier" and sym.enabled

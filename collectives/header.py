@@ -8,6 +8,8 @@ what each rank passed.
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from .dtypes import DTYPES, OPS
@@ -42,6 +44,39 @@ def make_header(seq=0, collective=0, op=0, dtype=0, count=0, counts=0, root=0,
                 algorithm=0, chunk=0, small=0, device=0) -> list[int]:
     """This rank's header, in FIELDS order (codes from COLLECTIVES, OPS, DTYPES, ALGORITHMS)."""
     return [VERSION, seq, collective, op, dtype, count, counts, root, algorithm, chunk, small, device]
+
+
+_WIRE = struct.Struct(f"={2 * NF}q")  # [header, -header]: one elementwise min keeps min and max
+
+
+class Header(list):
+    """A header (a list in FIELDS order, as make_header returns) that carries its
+    own wire image: the int64 words [fields, -fields] that agree.py sends and
+    signals.py posts, packed once. A plan (plan.py) keeps one per call shape and
+    only ``stamp``s the sequence number into it per call: packing 24 words
+    costs more than the rest of a small call's bookkeeping.
+
+    Args:
+      fields: the header's values in FIELDS order.
+    """
+
+    __slots__ = ("wire", "_words")
+
+    def __init__(self, fields):
+        super().__init__(fields)
+        self.wire = bytearray(_WIRE.pack(*fields, *[-v for v in fields]))
+        self._words = memoryview(self.wire).cast("q")
+
+    def stamp(self, seq: int) -> "Header":
+        """Set the sequence number, in the list and in the wire image; returns self."""
+        self[1] = seq
+        w = self._words
+        w[1] = seq
+        w[NF + 1] = -seq
+        return self
+
+    def copy(self) -> "Header":
+        return Header(self)
 
 
 def _show(field: str, value: int) -> str:
