@@ -1,0 +1,211 @@
+"""Per-call plans (collectives/plan.py): a repeated call on the same objects reuses
+its checks and header, and must still behave exactly like a first call.
+
+Each test runs simulated ranks in one process and checks results against numpy.
+"""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+from collectives import MismatchError, simulate
+from collectives.plan import MAX_PLANS, SMALL_BYTES
+
+BIG = SMALL_BYTES // 4 + 1024  # float32 elements: held by weak reference only
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_reused_id_gets_its_own_plan(world):
+    """A plan made for one array never serves another that took its id (one rank: one
+    thread, so the allocator surely hands the id out again)."""
+    def fn(c):
+        r = c.rank + 1
+        out, reused = [], 0
+        for n in (8, BIG):
+            a = np.full(n, r, np.float32)
+            out.append(c.all_reduce(a).copy())
+            old = id(a)
+            if n == BIG:
+                ref = weakref.ref(a)
+                del a
+                gc.collect()
+                assert ref() is None, "a large array's plan must not keep it alive"
+                assert not any(k[1] == old for k in c._plans), "its plan left with it"
+            else:
+                del a
+                for _ in range(MAX_PLANS):  # other calls push the small array's plan out
+                    c.all_reduce(np.zeros(1, np.float32))
+            keep = []
+            for _ in range(1000):  # the allocator hands the id out again, to another shape and dtype
+                b = np.empty(n + 3, np.float64)
+                if id(b) == old:
+                    reused += 1
+                    break
+                keep.append(b)
+            b[:] = r
+            out.append(c.all_reduce(b).copy())
+        return out, reused
+
+    s = sum(range(1, world + 1))
+    for out, reused in simulate(world, fn):
+        assert world > 1 or reused == 2, "the test needs the id reused"
+        np.testing.assert_array_equal(out[0], np.full(8, s, np.float32))
+        np.testing.assert_array_equal(out[1], np.full(11, s, np.float64))
+        np.testing.assert_array_equal(out[2], np.full(BIG, s, np.float32))
+        np.testing.assert_array_equal(out[3], np.full(BIG + 3, s, np.float64))
+
+
+@pytest.mark.parametrize("n", [12, BIG])
+def test_an_array_changed_in_place_takes_the_full_path(n):
+    """Shape, dtype and flags set on the same object between calls are seen."""
+    def fn(c):
+        r = c.rank + 1
+        a = np.arange(n, dtype=np.int64).reshape(2, -1) * r
+        o = np.empty(n, np.int64)
+        got = [c.all_reduce(a).copy(), c.all_reduce(a, out=o).copy()]
+        a.shape = (n,)  # same memory, new shape: the result takes it
+        got.append(c.all_reduce(a).copy())
+        a.dtype = np.int32  # same memory, twice the elements, another type
+        got.append(c.all_reduce(a, op="max").copy())
+        o.shape = (2, -1)
+        got.append(c.all_reduce(np.arange(n, dtype=np.int64) * r, out=o).copy())
+        b = np.arange(n, dtype=np.int64) * r
+        c.all_reduce(b, out=b)
+        try:  # the plan's weak reference makes numpy refuse to move its memory
+            b.resize(2 * n, refcheck=False)
+        except ValueError as e:
+            got.append(str(e))
+        o.flags.writeable = False
+        try:
+            c.all_reduce(np.arange(n, dtype=np.int64), out=o)
+        except ValueError as e:
+            got.append(str(e))
+        return got
+
+    want = np.arange(n, dtype=np.int64) * 3
+    for got in simulate(2, fn):
+        assert got[0].shape == (2, n // 2)
+        np.testing.assert_array_equal(got[0].reshape(-1), want)
+        np.testing.assert_array_equal(got[1], want)
+        assert got[2].shape == (n,)
+        np.testing.assert_array_equal(got[2], want)
+        assert got[3].dtype == np.int32 and got[3].size == 2 * n
+        np.testing.assert_array_equal(got[3], (np.arange(n, dtype=np.int64) * 2).view(np.int32))
+        assert got[4].shape == (2, n // 2)
+        np.testing.assert_array_equal(got[4].reshape(-1), want)
+        assert "cannot resize" in got[5]
+        assert "read-only" in got[6], "an out made read-only after a cached call is refused"
+
+
+def test_a_read_only_out_is_refused_after_cached_calls_then_the_communicator_goes_on():
+    def fn(c):
+        x = np.ones(16, np.float32) * (c.rank + 1)
+        o = np.empty(16, np.float32)
+        g = np.empty(32, np.float32)
+        y = np.ones(16, np.float32)
+        for _ in range(5):
+            c.all_reduce(y, out=y)
+            c.all_reduce(x, out=o)
+            c.all_gather(x, out=g)
+            c.broadcast(x, root=1, out=o)
+        errors = []
+        for out, call in ((y, lambda: c.all_reduce(y, out=y)), (o, lambda: c.all_reduce(x, out=o)), (g, lambda: c.all_gather(x, out=g)),
+                          (o, lambda: c.broadcast(x, root=1, out=o))):
+            out.flags.writeable = False
+            try:
+                call()
+            except ValueError as e:
+                errors.append("read-only" in str(e))
+            out.flags.writeable = True
+        return errors, c.all_reduce(x, out=o).copy(), c.all_gather(x, out=g).copy()
+
+    for errors, ar, ag in simulate(2, fn):
+        assert errors == [True, True, True, True]
+        np.testing.assert_array_equal(ar, np.full(16, 3, np.float32))
+        np.testing.assert_array_equal(ag, np.repeat(np.float32([1, 2]), 16))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_mismatch_after_many_cached_calls_raises_on_every_rank(world):
+    """Every call still agrees on its header: the plan's header carries each call's number."""
+    def fn(c):
+        x = np.ones(60, np.float32)
+        rs = np.empty(60 // world, np.float32)
+        for _ in range(50):
+            c.all_reduce(x, out=x)
+            c.reduce_scatter(x, out=rs)
+            c.barrier()
+            c.all_reduce(x, async_op=True).wait()
+        if c.rank == world - 1:
+            c.all_reduce(x[:32], out=x[:32])  # a different size on one rank
+        else:
+            c.all_reduce(x, out=x)
+
+    got = simulate(world, fn, return_exceptions=True, timeout=20.0)
+    for r, e in enumerate(got):
+        assert isinstance(e, MismatchError), f"rank {r}: {e!r}"
+        assert "count differs" in str(e) and "#200" in str(e)
+
+
+def test_queued_and_inline_calls_of_one_plan_keep_their_own_headers():
+    """An async call queued with a plan's header, then blocking calls of the same plan."""
+    def fn(c):
+        x = np.arange(32, dtype=np.float64) * (c.rank + 1)
+        outs = [np.empty(32) for _ in range(3)]
+        res = []
+        for _ in range(20):
+            works = [c.all_reduce(x, out=o, async_op=True) for o in outs]
+            res.append(c.all_reduce(x, out=outs[0]).copy())  # queued behind them, same plan as the first
+            res += [w.wait().copy() for w in works]
+        return res
+
+    for res in simulate(2, fn):
+        for got in res:
+            np.testing.assert_array_equal(got, np.arange(32) * 3.0)
+
+
+def test_the_plan_cache_is_bounded_and_keeps_no_large_array_alive():
+    def fn(c):
+        refs = []
+        for i in range(3 * MAX_PLANS):
+            a = np.full(BIG if i % 2 else 16, c.rank + 1, np.float32)
+            o = np.empty_like(a)
+            c.all_reduce(a, out=o)
+            np.testing.assert_array_equal(o, np.full(a.size, 3, np.float32))
+            if i % 2:
+                refs.append(weakref.ref(a))
+            assert len(c._plans) <= MAX_PLANS
+        del a, o
+        gc.collect()
+        return sum(r() is not None for r in refs)
+
+    assert simulate(2, fn) == [0, 0]
+
+
+def test_torch_tensors_reuse_plans_and_see_changes():
+    torch = pytest.importorskip("torch")
+
+    def fn(c):
+        r = c.rank + 1
+        t = torch.full((BIG,), float(r))
+        o = torch.empty(BIG)
+        got = [c.all_reduce(t, out=o) is o]
+        for _ in range(3):
+            c.all_reduce(t, out=o)
+        got.append(o.clone())
+        t.set_(torch.full((BIG,), 5.0 * r))  # new memory, same shape, on the same object
+        got.append(c.all_reduce(t, out=o).clone())
+        s = torch.full((7,), 1.0 * r)
+        c.all_reduce(s, out=s)
+        s.set_(torch.full((7,), 10.0 * r))  # a small one, held by its plan
+        got.append(c.all_reduce(s, out=s).clone())
+        return got
+
+    for same, first, second, third in simulate(2, fn):
+        assert same
+        np.testing.assert_array_equal(first.numpy(), np.full(BIG, 3, np.float32))
+        np.testing.assert_array_equal(second.numpy(), np.full(BIG, 15, np.float32))
+        np.testing.assert_array_equal(third.numpy(), np.full(7, 30, np.float32))
