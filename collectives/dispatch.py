@@ -217,6 +217,35 @@ SYMMETRIC_RUNNERS = {
     "barrier": lambda self, ctx, hdr, xa, oa, in_place: self._symmetric.barrier(ctx, hdr),
 }
 
+# One node (no hierarchy): straight to the direct algorithms, with the places in the
+# heap that the plan found once (xl, ol: an array never moves in the heap; None when
+# private), as Symmetric's own methods would pass them.
+DIRECT_RUNNERS = {
+    "all_reduce": lambda self, ctx, hdr, xa, oa, in_place, op, xl, ol:
+        self._symmetric.direct.all_reduce(ctx, hdr, _host(xa), _host(oa), op, xl, ol),
+    "reduce_scatter": lambda self, ctx, hdr, xa, oa, in_place, op, counts, xl:
+        self._symmetric.direct.reduce_scatter(ctx, hdr, _host(xa), _host(oa), counts, op, xl),
+    "all_gather": lambda self, ctx, hdr, xa, oa, in_place, counts, xl:
+        self._symmetric.direct.all_gather(ctx, hdr, _host(xa), _host(oa), counts, xl),
+    "broadcast": lambda self, ctx, hdr, xa, oa, in_place, root, xl:
+        self._symmetric.direct.broadcast(ctx, hdr, _host(xa), _host(oa), root, xl),
+    "barrier": lambda self, ctx, hdr, xa, oa, in_place: self._symmetric.direct.barrier(ctx, hdr),
+}
+
+
+def runner(sym, kind: str, xa: Array | None, oa: Array | None, args: tuple):
+    """(the body that runs collective ``kind`` on these buffers, its trailing arguments)."""
+    if sym is None or not symmetric_takes(sym, kind, xa):
+        return RUNNERS[kind], args
+    if sym.hier is not None:
+        return SYMMETRIC_RUNNERS[kind], args
+    if xa is None:
+        return DIRECT_RUNNERS[kind], args
+    loc = sym.heap.locate
+    places = (loc(_host(xa)), loc(_host(oa))) if kind == "all_reduce" else (loc(_host(xa)),)
+    return DIRECT_RUNNERS[kind], args + places
+
+
 RUNNERS = {"all_reduce": Dispatcher._run_all_reduce, "reduce_scatter": Dispatcher._run_reduce_scatter,
            "all_gather": Dispatcher._run_all_gather, "broadcast": Dispatcher._run_broadcast,
            "barrier": Dispatcher._run_barrier}

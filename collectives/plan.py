@@ -40,7 +40,7 @@ import weakref
 import numpy as np
 
 from .arrays import NUMPY, Array, adapt, check_overlap
-from .dispatch import RUNNERS, SYMMETRIC_RUNNERS, symmetric_takes
+from .dispatch import runner
 from .dtypes import check_op, dtype_code
 from .header import ALGORITHMS, COLLECTIVES, Header, digest
 from .kernels import NUMPY_KERNELS
@@ -117,9 +117,8 @@ def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: 
            args: tuple, fresh_n=None, fresh: bool = False) -> Plan:
     """Make the plan of a checked call and, where its objects can be watched, cache it under ``key``."""
     p = Plan()
-    p.kind, p.args, p.hdr, p.in_place, p.n, p.fresh = kind, args, Header(hdr), in_place, fresh_n, fresh
-    sym = comm._symmetric
-    p.run = SYMMETRIC_RUNNERS[kind] if sym is not None and symmetric_takes(sym, kind, xa) else RUNNERS[kind]
+    p.kind, p.hdr, p.in_place, p.n, p.fresh = kind, Header(hdr), in_place, fresh_n, fresh
+    p.run, p.args = runner(comm._symmetric, kind, xa, oa, args)
     p.host = oa is None or not oa.device
     p.chunk = comm.chunk_bytes if oa is None else max(1, comm.chunk_bytes // oa.flat.itemsize)
     p.xa = p.oa = p.xref = p.oref = None
@@ -254,9 +253,7 @@ def broadcast(comm, key, x, root, out):
 def barrier(comm) -> Plan:
     """The barrier's plan (one per communicator: it has no arguments)."""
     p = Plan()
-    p.kind, p.args, p.hdr, p.in_place, p.n, p.fresh = "barrier", (), Header(header(comm, "barrier", None)), False, None, False
-    sym = comm._symmetric
-    p.run = SYMMETRIC_RUNNERS["barrier"] if sym is not None and symmetric_takes(sym, "barrier", None) \
-        else RUNNERS["barrier"]
+    p.kind, p.hdr, p.in_place, p.n, p.fresh = "barrier", Header(header(comm, "barrier", None)), False, None, False
+    p.run, p.args = runner(comm._symmetric, "barrier", None, None, ())
     p.host, p.chunk, p.xa, p.oa = True, comm.chunk_bytes, None, None
     return p
