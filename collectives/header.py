@@ -60,11 +60,12 @@ class Header(list):
       fields: the header's values in FIELDS order.
     """
 
-    __slots__ = ("wire", "_words")
+    __slots__ = ("wire", "head", "_words")
 
     def __init__(self, fields):
         super().__init__(fields)
         self.wire = bytearray(_WIRE.pack(*fields, *[-v for v in fields]))
+        self.head = memoryview(self.wire)[:NF * 8]  # the fields alone (signals.py posts these)
         self._words = memoryview(self.wire).cast("q")
 
     def stamp(self, seq: int) -> "Header":

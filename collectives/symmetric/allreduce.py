@@ -46,6 +46,8 @@ class AllReduce:
         locs = self._key
         scratch = self._need_scratch.get(locs)
         if scratch is None:
+            if len(self._need_scratch) > 256:
+                self._need_scratch.clear()
             scratch = self._need_scratch[locs] = any(w == -1 for w, _ in self._locs(1))
         if scratch:  # some rank's out is private: segments are reduced into symmetric scratch
             scratch = self.heap.scratch(x.nbytes)
@@ -54,9 +56,10 @@ class AllReduce:
         self._reduce(op, mine, srcs)
         if ctx.tracer is not None:
             self._trace(ctx, "direct reduce-scatter", [(q, self.rank, mine.nbytes) for q in range(n)])
-        sig.raise_to(base + REDUCED)
+        sig.flag[0] = base + REDUCED
+        flags = sig.flags
         for q, dst, src in gathers:
-            if sig.slots[q][0] < base + REDUCED:
+            if flags[q][0] < base + REDUCED:
                 sig.wait(ctx, q, base + REDUCED, "segment reduced")
             np.copyto(dst, src)
         if ctx.tracer is not None:

@@ -88,26 +88,32 @@ class Direct(AllReduce):
         Returns the call's flag base; ``self._key`` names every rank's locations
         for plan caches."""
         sig = self.sig
-        copy = xloc is None and (root is None or root == self.rank)
         big = root is None and self.ring_above is not None and stage_bytes > self.ring_above
-        need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
-        # early only when the window will not grow below (the copy would be lost)
-        early = copy and not big and self._stage is not None and self._stage.nbytes >= need
-        if early:
-            np.copyto(self._staged_view(self.rank, sig.epoch + 1, x.nbytes).view(x.dtype), _flat(x))
-        base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst,
-                        INPUT if xloc is not None or early else READY)
+        if xloc is not None:  # the hot path: our input is in the heap, nothing of ours to stage
+            copy = early = False
+            base = sig.post(hdr, xloc, dst, INPUT)
+        else:
+            copy = root is None or root == self.rank
+            need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
+            # early only when the window will not grow below (the copy would be lost)
+            early = copy and not big and self._stage is not None and self._stage.nbytes >= need
+            if early:
+                np.copyto(self._staged_view(self.rank, sig.epoch + 1, x.nbytes).view(x.dtype), _flat(x))
+            base = sig.post(hdr, (-1, -1), dst, INPUT if early else READY)
         sig.wait_all(ctx, base + READY, "header posted")
         sig.check(ctx)
         key = sig.locs_key()
         staged = self._staged.get((key, root))
         if staged is None:
+            if len(self._staged) > 256:
+                self._staged.clear()
             staged = self._staged[(key, root)] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
         self.staged = staged  # node-wide: some rank's input is staged this call
         self.via_ring = staged and big  # every rank decides alike: sizes and locations are agreed
         if self.via_ring:
             return base
         if staged:
+            need = 2 * ((stage_bytes + 63) // 64 * 64)
             self._stage = self.heap.scratch(need, "stage")
             if copy and not early:
                 np.copyto(self._staged_view(self.rank, sig.epoch, x.nbytes).view(x.dtype), _flat(x))
@@ -170,9 +176,10 @@ class Direct(AllReduce):
         input was staged (``xloc`` None) and whose destination nobody reads need not
         wait: peers read only its stage copy, whose half is not rewritten until
         they have posted the next call (which every call waits for)."""
-        self.sig.raise_to(base + DONE)
+        sig = self.sig
+        sig.flag[0] = base + DONE
         if xloc is not None:
-            self.sig.wait_all(ctx, base + DONE, "done reading")
+            sig.wait_all(ctx, base + DONE, "done reading")
 
     _by_ring = by_ring  # large staged calls: the ring over MPI (by_ring.py)
 

@@ -41,6 +41,9 @@ AREA = NF + 4  # header words, then src (win, off) and dst (win, off)
 SLOT = 8 + 2 * AREA  # int64 words
 SLOT_BYTES = (SLOT * 8 + 63) // 64 * 64
 _HDR = struct.Struct(f"={AREA}q")
+_LOCS = struct.Struct("=4q")  # after a header.Header's packed fields
+_HEAD = NF * 8
+_PRIVATE = (-1, -1)
 _SPIN_S = 20e-3
 _YIELD_S = 2e-3
 _MAX_SLEEP_S = 200e-6
@@ -62,7 +65,12 @@ class Signals:
         self.slots = [p[:SLOT * 8].view(np.int64) for p in w.peers]
         self.mine = self.slots[self.rank]
         self.mine[:] = 0
+        # every rank's flag word as a memoryview: reading or raising it costs a third of
+        # numpy's scalar access, and the spin loops do little else
+        self.flags = [memoryview(p[:8]).cast("q") for p in w.peers]
+        self.flag = self.flags[self.rank]
         self.others = [q for q in range(self.size) if q != self.rank]
+        self._other_flags = [self.flags[q] for q in self.others]
         self.areas = [[memoryview(p[8 * (8 + a * AREA):8 * (8 + a * AREA + NF)]) for p in w.peers]
                       for a in range(2)]
         self._mybuf = [memoryview(w.mine[8 * (8 + a * AREA):8 * (8 + (a + 1) * AREA)]) for a in range(2)]
@@ -72,17 +80,22 @@ class Signals:
         self.epoch = 0
         heap.comm.Barrier()  # every slot zeroed before anyone polls it
 
-    def post(self, hdr, src=(-1, -1), dst=(-1, -1), phase: int = READY) -> int:
+    def post(self, hdr, src=_PRIVATE, dst=_PRIVATE, phase: int = READY) -> int:
         """Start a new call: write the header and locations, raise the flag. Returns the epoch base."""
-        self.epoch += 1
-        e = self.epoch
-        _HDR.pack_into(self._mybuf[e & 1], 0, *hdr, src[0], src[1], dst[0], dst[1])
+        self.epoch = e = self.epoch + 1
+        buf = self._mybuf[e & 1]
+        head = getattr(hdr, "head", None)  # a header.Header: its fields packed already
+        if head is not None:
+            buf[:_HEAD] = head
+            _LOCS.pack_into(buf, _HEAD, src[0], src[1], dst[0], dst[1])
+        else:
+            _HDR.pack_into(buf, 0, *hdr, src[0], src[1], dst[0], dst[1])
         base = 8 * e
-        self.mine[0] = base + phase
+        self.flag[0] = base + phase
         return base
 
     def raise_to(self, value: int) -> None:
-        self.mine[0] = value
+        self.flag[0] = value
 
     def staging(self) -> bool:
         """Whether some rank's source is not in the heap this call (it will be staged)."""
@@ -127,13 +140,13 @@ class Signals:
         raise MismatchError(f"rank {ctx.rank}: ranks disagree on a collective call{where}. " + describe(all_h))
 
     def wait_all(self, ctx, value: int, step: str) -> None:
-        for q in self.others:
-            if self.slots[q][0] < value:
+        for q, f in zip(self.others, self._other_flags):
+            if f[0] < value:
                 self.wait(ctx, q, value, step)
 
     def wait(self, ctx, q: int, value: int, step: str) -> None:
         """Spin until node rank q's flag reaches ``value``, or raise at the deadline."""
-        s = self.slots[q]
+        s = self.flags[q]
         for _ in range(64):
             if s[0] >= value:
                 return
