@@ -123,8 +123,10 @@ class Communicator(Dispatcher):
         if type(op) is str:  # a repeated call on the same objects: its plan, checked in a few compares
             key = ("ar", id(x), id(out), op)
             p = self._plans.get(key)
-            if p is not None and p.holds(x, out):
-                return self._dispatch(p, *p.bind(x, out), async_op)
+            if p is not None:
+                got = p.take(x, out)
+                if got is not None:
+                    return self._dispatch(p, got[0], got[1], async_op)
         return self._dispatch(*plan.all_reduce(self, key, x, op, out), async_op)
 
     def reduce_scatter(self, x, op: str = "sum", out=None, counts=None, async_op: bool = False):
@@ -142,8 +144,10 @@ class Communicator(Dispatcher):
         if counts is None and type(op) is str:
             key = ("rs", id(x), id(out), op)
             p = self._plans.get(key)
-            if p is not None and p.holds(x, out):
-                return self._dispatch(p, *p.bind(x, out), async_op)
+            if p is not None:
+                got = p.take(x, out)
+                if got is not None:
+                    return self._dispatch(p, got[0], got[1], async_op)
         return self._dispatch(*plan.reduce_scatter(self, key, x, op, out, counts), async_op)
 
     def all_gather(self, x, out=None, counts=None, async_op: bool = False):
@@ -160,8 +164,10 @@ class Communicator(Dispatcher):
         if counts is None:
             key = ("ag", id(x), id(out))
             p = self._plans.get(key)
-            if p is not None and p.holds(x, out):
-                return self._dispatch(p, *p.bind(x, out), async_op)
+            if p is not None:
+                got = p.take(x, out)
+                if got is not None:
+                    return self._dispatch(p, got[0], got[1], async_op)
         return self._dispatch(*plan.all_gather(self, key, x, out, counts), async_op)
 
     def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
@@ -177,8 +183,10 @@ class Communicator(Dispatcher):
         if type(root) is int:
             key = ("bc", id(x), id(out), root)
             p = self._plans.get(key)
-            if p is not None and p.holds(x, out):
-                return self._dispatch(p, *p.bind(x, out), async_op)
+            if p is not None:
+                got = p.take(x, out)
+                if got is not None:
+                    return self._dispatch(p, got[0], got[1], async_op)
         return self._dispatch(*plan.broadcast(self, key, x, root, out), async_op)
 
     def barrier(self, async_op: bool = False):

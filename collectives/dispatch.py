@@ -39,26 +39,25 @@ class Dispatcher:
             engine = self._engine
             if engine.enter_inline(p.kind):
                 try:
-                    return self._execute(p, p.hdr.stamp(seq), seq, xa, oa, None)
+                    return self._execute(p, seq, xa, oa, None)
                 finally:
                     engine.leave_inline()
-        hdr = p.hdr.copy().stamp(seq)  # its own: the plan's may be stamped again before this runs
         stream = oa.stream if oa is not None else None
         if stream is not None:
             stream.enter()  # after the caller's work on torch's current stream
 
         def task():
-            return self._execute(p, hdr, seq, xa, oa, stream)
+            return self._execute(p, seq, xa, oa, stream)
 
         label = f"{p.kind} #{seq}"
         if async_op:
             return self._engine.submit(task, label)
         return self._engine.run(task, label)
 
-    def _execute(self, p, hdr, seq: int, xa: Array | None, oa: Array | None, stream):
-        """Run one collective (on whichever thread runs it now); return the caller's out
-        object. Any error leaves the communicator unusable (``_broken``): a collective
-        that failed on one rank may have left messages in flight."""
+    def _execute(self, p, seq: int, xa: Array | None, oa: Array | None, stream):
+        """Run call number ``seq`` of plan ``p`` (on whichever thread runs it now); return
+        the caller's out object. Any error leaves the communicator unusable (``_broken``):
+        a collective that failed on one rank may have left messages in flight."""
         if self._broken is not None:
             raise CollectiveError(f"rank {self.rank}: {p.kind} #{seq}: communicator is unusable after an "
                                   f"earlier error: {self._broken}") from self._broken
@@ -73,7 +72,8 @@ class Dispatcher:
         try:
             if tracer is not None:
                 tracer.begin(ctx.label, rank=self.rank)
-            p.run(self, ctx, hdr, xa, oa, p.in_place, *p.args)
+            # the plan's header, stamped now: calls run one at a time, so none still uses it
+            p.run(self, ctx, p.hdr.stamp(seq), xa, oa, p.in_place, *p.args)
             if tracer is not None:
                 tracer.end(ctx.label, rank=self.rank)
         except BaseException as e:

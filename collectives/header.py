@@ -53,8 +53,10 @@ class Header(list):
     """A header (a list in FIELDS order, as make_header returns) that carries its
     own wire image: the int64 words [fields, -fields] that agree.py sends and
     signals.py posts, packed once. A plan (plan.py) keeps one per call shape and
-    only ``stamp``s the sequence number into it per call: packing 24 words
-    costs more than the rest of a small call's bookkeeping.
+    only ``stamp``s the sequence number into it as each call starts to run
+    (collectives of a communicator run one at a time, so no two calls share it
+    at once): packing 24 words costs more than the rest of a small call's
+    bookkeeping.
 
     Args:
       fields: the header's values in FIELDS order.
@@ -75,9 +77,6 @@ class Header(list):
         w[1] = seq
         w[NF + 1] = -seq
         return self
-
-    def copy(self) -> "Header":
-        return Header(self)
 
 
 def _show(field: str, value: int) -> str:

@@ -66,25 +66,24 @@ class Plan:
     __slots__ = ("kind", "run", "args", "hdr", "chunk", "host", "in_place", "n", "fresh", "xa", "oa",
                  "xref", "oref", "xshape", "xdtype", "xsig", "xnp", "oshape", "odtype", "osig", "onp")
 
-    def holds(self, x, out) -> bool:
-        """Whether ``x`` and ``out`` are this plan's objects, unchanged in every way its checks saw."""
+    def take(self, x, out) -> tuple[Array, Array | None] | None:
+        """The adapted (x, out) for this call when ``x`` and ``out`` are this plan's objects,
+        unchanged in every way its checks saw; else None (make a new plan)."""
         if self.xref() is not x or x.shape != self.xshape or x.dtype is not self.xdtype:
-            return False
+            return None
         if self.xnp:
             if x.flags.num != self.xsig:
-                return False
+                return None
         elif x.data_ptr() != self.xsig or not x.is_contiguous():
-            return False
-        if self.oref is None:  # out is None, or x itself
-            return True
-        if self.oref() is not out or out.shape != self.oshape or out.dtype is not self.odtype:
-            return False
-        if self.onp:
-            return out.flags.num == self.osig
-        return out.data_ptr() == self.osig and out.is_contiguous()
-
-    def bind(self, x, out) -> tuple[Array, Array | None]:
-        """The adapted (x, out) for this call: the kept ones, or made again for large arrays."""
+            return None
+        if self.oref is not None:  # out is neither None nor x
+            if self.oref() is not out or out.shape != self.oshape or out.dtype is not self.odtype:
+                return None
+            if self.onp:
+                if out.flags.num != self.osig:
+                    return None
+            elif out.data_ptr() != self.osig or not out.is_contiguous():
+                return None
         xa, oa = self.xa, self.oa
         if xa is None:  # held weakly: views made again (the checks passed at the plan's making)
             xa = adapt(x, "x")
