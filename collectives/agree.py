@@ -88,7 +88,7 @@ def _agreement(ctx, header, payload, op, source, pause):
     send, recv, cur, got, mine, theirs = bufs.views
     wire = getattr(header, "wire", None)  # a Header (header.py) carries its packed image
     if wire is not None:
-        bufs.said[:] = wire
+        bufs.image[:] = wire
     else:
         _WIRE.pack_into(send, 0, *header, *[-v for v in header])
     if payload is not None:
@@ -168,8 +168,10 @@ class _Buffers:
         theirs = recv[HEADER_BYTES:HEADER_BYTES + pbytes].view(dtype) if dtype is not None else None
         self.views = (send, recv, send[:HEADER_BYTES].view(np.int64), recv[:HEADER_BYTES].view(np.int64),
                       mine, theirs)
-        # the headers as bytes: one memoryview comparison says whether they agree
-        self.said, self.heard = memoryview(send[:HEADER_BYTES]), memoryview(recv[:HEADER_BYTES])
+        # the headers as int64 words: one memoryview comparison says whether they agree
+        # (as words: a comparison of byte-format views goes byte by byte, 6x slower)
+        self.image = memoryview(send[:HEADER_BYTES])  # where a Header's packed image goes
+        self.said, self.heard = self.image.cast("q"), memoryview(recv[:HEADER_BYTES]).cast("q")
 
 
 @functools.lru_cache(maxsize=256)

@@ -71,7 +71,8 @@ class Signals:
         self.flag = self.flags[self.rank]
         self.others = [q for q in range(self.size) if q != self.rank]
         self._other_flags = [self.flags[q] for q in self.others]
-        self.areas = [[memoryview(p[8 * (8 + a * AREA):8 * (8 + a * AREA + NF)]) for p in w.peers]
+        # every rank's header fields, as int64 words (comparing byte-format views goes byte by byte)
+        self.areas = [[memoryview(p[8 * (8 + a * AREA):8 * (8 + a * AREA + NF)]).cast("q") for p in w.peers]
                       for a in range(2)]
         self._mybuf = [memoryview(w.mine[8 * (8 + a * AREA):8 * (8 + (a + 1) * AREA)]) for a in range(2)]
         lo = [8 * (8 + a * AREA + NF) for a in range(2)]  # every rank's (src, dst) locations, as bytes
