@@ -95,7 +95,7 @@ def _agreement(ctx, header, payload, op, source, pause):
         np.copyto(mine, payload if source is None else source)
     tracing = payload is not None and ctx.tracer is not None
     same = True  # every header heard so far equals ours
-    folded, plan = _plan(ctx.rank, n)
+    folded, plan = bufs.plan
     for peer, step, do_send, do_recv in plan:
         # the small all-reduce's data is traced like the ring's (the header is not)
         where = dict(phase="recursive-doubling", step=step, peer=peer, seg=0, chunk=0, offset=0,
@@ -161,6 +161,7 @@ class _Buffers:
     def __init__(self, ctx, pbytes, dtype):
         if pbytes > MAX_SMALL_BYTES:
             raise ValueError(f"a {pbytes}-byte payload cannot ride in a header (at most {MAX_SMALL_BYTES})")
+        self.plan = _plan(ctx.rank, ctx.size)  # the exchange's rounds (a communicator's rank and size never change)
         send = ctx.scratch("agree-send", HEADER_BYTES + pbytes, np.uint8, host=True)
         recv = ctx.scratch("agree-recv", HEADER_BYTES + MAX_SMALL_BYTES, np.uint8, host=True)
         self.bases = (send.base if send.base is not None else send, recv.base if recv.base is not None else recv)
