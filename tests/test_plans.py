@@ -209,3 +209,17 @@ def test_torch_tensors_reuse_plans_and_see_changes():
         np.testing.assert_array_equal(first.numpy(), np.full(BIG, 3, np.float32))
         np.testing.assert_array_equal(second.numpy(), np.full(BIG, 15, np.float32))
         np.testing.assert_array_equal(third.numpy(), np.full(7, 30, np.float32))
+
+
+def test_cached_calls_under_mpirun_heap_ordinary_and_mpi_baseline(mpi):
+    """600 cached calls on heap arrays (direct path), ordinary arrays and the MPI
+    baseline match numpy; then a mismatched call raises on every rank, on each."""
+    import json
+    proc = mpi(2, "plan_check.py", timeout=180)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for res in lines:
+        assert res["nfail"] == 0, res["failures"]
+        assert sorted(res["raised"]) == ["heap", "mpi", "ordinary"]
+        for msg in res["raised"].values():
+            assert "count differs (rank 0: 24, rank 1: 12)" in msg and "#600" in msg, msg
