@@ -96,7 +96,8 @@ def _agreement(ctx, header, payload, op, source, pause):
     tracing = payload is not None and ctx.tracer is not None
     same = True  # every header heard so far equals ours
     folded, plan = bufs.plan
-    for peer, step, do_send, do_recv in plan:
+    last, landed = len(plan) - 1, False  # landed: the answer is in payload already
+    for i, (peer, step, do_send, do_recv) in enumerate(plan):
         # the small all-reduce's data is traced like the ring's (the header is not)
         where = dict(phase="recursive-doubling", step=step, peer=peer, seg=0, chunk=0, offset=0,
                      count=mine.size) if tracing else None
@@ -110,21 +111,23 @@ def _agreement(ctx, header, payload, op, source, pause):
         ctx.wait(hs, peer=peer, step=step, chunk=0, what="header receive" if do_recv else "header send")
         if do_recv:
             if same and bufs.heard == bufs.said:
-                if payload is not None:  # the lower rank's operand first, on both sides:
-                    # op(a, b) and op(b, a) differ in the bits of max(+0, -0) and of NaN payloads
+                if payload is not None and not folded:  # (a folded rank gets the answer itself)
+                    # the last exchange's result goes straight to payload (nothing sends it on);
+                    # the lower rank's operand first, on both sides: op(a, b) and op(b, a)
+                    # differ in the bits of max(+0, -0) and of NaN payloads
+                    landed = i == last
+                    dst = payload if landed else mine
                     if peer < ctx.rank:
-                        NUMPY_KERNELS.reduce(op, theirs, mine, mine)
+                        NUMPY_KERNELS.reduce(op, theirs, mine, dst)
                     else:
-                        NUMPY_KERNELS.reduce_(op, mine, theirs)
+                        NUMPY_KERNELS.reduce(op, mine, theirs, dst)
             else:  # keep going, so every rank finishes the pattern and hears the verdict
                 same = False
                 np.minimum(cur, got, out=cur)
-    if folded and payload is not None:  # the verdict came back with the answer
-        np.copyto(mine, theirs)
     if not same:  # the min and max of some field differ: every rank knows it now
         _report(ctx, np.asarray(header, np.int64))
-    if payload is not None:
-        np.copyto(payload, mine)
+    if payload is not None and not landed:  # a folded rank: the verdict came back with the answer
+        np.copyto(payload, theirs if folded else mine)
 
 
 _CACHE = "agree"  # ctx.cache[_CACHE]: {(payload bytes, dtype): _Buffers}, at most MAX_CACHED shapes
