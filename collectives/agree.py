@@ -26,8 +26,8 @@ while the ring posts its first sends and does its local work (see ring.py,
 Context.checked).
 
 The header's fields, the counts digest and the text of a mismatch report
-live in header.py; this module is the exchange. (ALGORITHMS, COLLECTIVES,
-digest and make_header are imported here for communicator.py.)
+live in header.py; this module is the exchange. A header.Header brings its
+packed image, so a call only copies it into the send buffer.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import struct
 import numpy as np
 
 from .errors import MismatchError
-from .header import ALGORITHMS, COLLECTIVES, HEADER_BYTES, NF, describe, digest, make_header  # noqa: F401
+from .header import ALGORITHMS, HEADER_BYTES, NF, describe  # noqa: F401  (ALGORITHMS: for communicator.py)
 from .kernels import NUMPY_KERNELS
 from .schedule import halving_peers
 

@@ -1,13 +1,15 @@
 """How a checked call runs: the Communicator's execution half.
 
-communicator.py checks the arguments and builds the header on the caller's
-thread; everything here runs later, now or queued behind earlier async
-calls (work.py): pick the kernels, transport and scratch for the buffers,
-agree on the header (agree.py), then run the path chosen for the call (the
-small-message road, the ring, or a baseline: MPI's or NCCL's own).
+plan.py checks the arguments, builds the header and picks the body on the
+caller's thread (once per call shape: a repeated call reuses its plan);
+everything here runs later, now or queued behind earlier async calls
+(work.py): pick the kernels, transport and scratch for the buffers, agree on
+the header (agree.py), then run the path chosen for the call (the
+small-message road, the ring, a baseline: MPI's or NCCL's own, or the
+symmetric heap's direct path).
 
-``_dispatch(kind, ...)`` is the one place a collective enters execution;
-``RUNNERS`` maps each collective to its body.
+``_dispatch(plan, ...)`` is the one place a collective enters execution;
+``RUNNERS`` maps each collective to its body (``runner`` picks it).
 """
 from __future__ import annotations
 
