@@ -102,6 +102,8 @@ class AllReduce:
         if overlap:  # out is read by peers: reduce aside, copy once everyone is done
             tmp = self._tmp.get((count, dt))
             if tmp is None:
+                if len(self._tmp) >= 8:  # a caller cycling through sizes: keep memory bounded
+                    self._tmp.clear()
                 tmp = self._tmp[(count, dt)] = np.empty(count, dt)
             self._reduce(op, tmp, srcs)
             if ctx.tracer is not None:
