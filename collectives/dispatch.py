@@ -235,6 +235,19 @@ DIRECT_RUNNERS = {
 }
 
 
+# numpy arrays on both sides (the common case): the caller's own objects, with no _host call
+DIRECT_NUMPY_RUNNERS = {
+    "all_reduce": lambda self, ctx, hdr, xa, oa, in_place, op, xl, ol:
+        self._symmetric.direct.all_reduce(ctx, hdr, xa.obj, oa.obj, op, xl, ol),
+    "reduce_scatter": lambda self, ctx, hdr, xa, oa, in_place, op, counts, xl:
+        self._symmetric.direct.reduce_scatter(ctx, hdr, xa.obj, oa.obj, counts, op, xl),
+    "all_gather": lambda self, ctx, hdr, xa, oa, in_place, counts, xl:
+        self._symmetric.direct.all_gather(ctx, hdr, xa.obj, oa.obj, counts, xl),
+    "broadcast": lambda self, ctx, hdr, xa, oa, in_place, root, xl:
+        self._symmetric.direct.broadcast(ctx, hdr, xa.obj, oa.obj, root, xl),
+}
+
+
 def runner(sym, kind: str, xa: Array | None, oa: Array | None, args: tuple):
     """(the body that runs collective ``kind`` on these buffers, its trailing arguments)."""
     if sym is None or not symmetric_takes(sym, kind, xa):
@@ -245,7 +258,9 @@ def runner(sym, kind: str, xa: Array | None, oa: Array | None, args: tuple):
         return DIRECT_RUNNERS[kind], args
     loc = sym.heap.locate
     places = (loc(_host(xa)), loc(_host(oa))) if kind == "all_reduce" else (loc(_host(xa)),)
-    return DIRECT_RUNNERS[kind], args + places
+    # (a fresh out is of x's kind: numpy when x is)
+    numpy = type(xa.obj) is np.ndarray and type(oa.obj) is np.ndarray
+    return (DIRECT_NUMPY_RUNNERS if numpy else DIRECT_RUNNERS)[kind], args + places
 
 
 RUNNERS = {"all_reduce": Dispatcher._run_all_reduce, "reduce_scatter": Dispatcher._run_reduce_scatter,
