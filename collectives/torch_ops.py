@@ -12,6 +12,23 @@ from .errors import CollectiveError
 
 _OPS = {ReduceOp.SUM: "sum", ReduceOp.AVG: "avg", ReduceOp.PRODUCT: "prod",
         ReduceOp.MIN: "min", ReduceOp.MAX: "max"}
+# Keyed by the enum's integer: hashing a pybind enum costs ~1.5 us, its .value ~0.2 us.
+OP_NAMES = {kind.value: name for kind, name in _OPS.items()}
+
+
+def _hash_is_kind() -> bool:
+    """Whether ``hash(ReduceOp)`` is its kind's integer (torch 2.x defines it so): then
+    ``op_name`` takes 0.1 us instead of 1.2 us (``opts.reduceOp.op.value``)."""
+    return all(hash(ReduceOp(kind)) == kind.value for kind in _OPS)
+
+
+_HASH_IS_KIND = _hash_is_kind()
+
+
+def op_name(op) -> str | None:
+    """The Communicator's name for a plain ReduceOp (SUM, AVG, PRODUCT, MIN, MAX); None for
+    PREMUL_SUM and unsupported ops (which :func:`reduce_op` handles, or names in its error)."""
+    return OP_NAMES.get(hash(op) if _HASH_IS_KIND else op.op.value)
 
 
 def reduce_op(op, what: str) -> tuple[str, float | None]:
@@ -22,7 +39,7 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
       what: the collective, for the error message.
     """
     kind = op.op if type(op) is ReduceOp else op
-    name = _OPS.get(kind)
+    name = OP_NAMES.get(kind.value)
     if name is not None:
         return name, None
     if kind == ReduceOp.PREMUL_SUM:
