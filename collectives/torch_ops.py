@@ -53,6 +53,17 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
                      f"(supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
 
 
+def _succeeded(done: bool, result) -> bool:
+    """Work.is_success(): whether ``result()`` returns rather than raises; asked before the end, an error."""
+    if not done:
+        raise RuntimeError("is_success() before the collective finished")
+    try:
+        result()
+    except BaseException:  # noqa: BLE001  the error is what is asked about
+        return False
+    return True
+
+
 class FutureWork(dist.Work):
     """torch's Work over a Future that the progress thread completes.
 
@@ -79,13 +90,7 @@ class FutureWork(dist.Work):
         return self._fut.done()
 
     def is_success(self) -> bool:
-        if not self._fut.done():
-            raise RuntimeError("is_success() before the collective finished")
-        try:
-            self._fut.value()
-        except Exception:  # noqa: BLE001  the error is what is asked about
-            return False
-        return True
+        return _succeeded(self._fut.done(), self._fut.value)
 
 
 class OneWork(dist.Work):
@@ -131,13 +136,7 @@ class OneWork(dist.Work):
         return self._work.is_completed()
 
     def is_success(self) -> bool:
-        if not self._work.is_completed():
-            raise RuntimeError("is_success() before the collective finished")
-        try:
-            self._work.result()
-        except BaseException:  # noqa: BLE001  the error is what is asked about
-            return False
-        return True
+        return _succeeded(self._work.is_completed(), self._work.result)
 
 
 class DoneWork(dist.Work):
