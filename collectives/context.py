@@ -16,7 +16,7 @@ import os
 import time
 
 from . import census
-from .work import caller_watch, on_progress_thread
+from .work import on_progress_thread
 
 _SPIN_S = 20e-3  # the caller's thread with a core to itself: busy-poll this long first
 _THREAD_SPIN_S = 1e-3  # the progress thread with a spare core: poll briefly, then give the core away
@@ -197,7 +197,6 @@ class Context:
         now = start = time.monotonic()
         spin, yld = wait_policy(t)
         spin_until, yield_until = start + spin, start + spin + yld
-        watch = caller_watch()  # on a progress thread: is its caller blocked?
         sleep = _MIN_SLEEP_S
         polls = 0
         next_look = start
@@ -216,8 +215,6 @@ class Context:
                     self._fail(handles, peer, step, chunk, what, timed_out=False)
             if now < yield_until:  # more ranks than cores, or a slow peer: give the core away
                 os.sched_yield()
-            elif watch is not None and watch.idle(now):  # the caller is blocked: the core is ours
-                sleep = _MIN_SLEEP_S
             else:
                 time.sleep(sleep)
                 sleep = min(sleep * 2, _MAX_SLEEP_S)

@@ -11,14 +11,9 @@ which saves the thread hand-off on small messages.
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 
 _local = threading.local()
-_WATCH_S = 200e-6  # a sleeping progress thread reads its caller's CPU clock this often
-_IDLE_SHARE = 0.05  # a caller using less of a core than this is blocked (one computing on a busy
-# node still gets more: 2 cores shared by a dozen busy threads give each ~15%)
-WATCH_CALLER = True  # the progress thread polls without sleeping while its caller is blocked
 
 
 def on_progress_thread() -> bool:
@@ -27,70 +22,12 @@ def on_progress_thread() -> bool:
     return getattr(_local, "progress", False)
 
 
-def caller_thread() -> int | None:
-    """On a progress thread: the ident of the thread that queued the collective
-    it is running (whose core its waits share; see Context.wait); else None."""
-    return getattr(_local, "caller", None)
-
-
-class CallerWatch:
-    """Whether the thread that queued a collective is computing or blocked, read
-    from its CPU clock. A core-bound progress thread sleeps between polls so that
-    the caller keeps the core; once the caller is blocked (in ``wait()``, or in
-    torch's C++ wait on the future, which nothing here sees), the core is idle
-    and sleeping only makes the collective late: then it polls without sleeping.
-
-    Args:
-      ident: the caller's thread ident (``threading.get_ident()``).
-    """
-
-    def __init__(self, ident: int):
-        self.ident = ident
-        try:
-            self._clock = time.pthread_getcpuclockid(ident)
-        except (OSError, AttributeError):  # no such thread, or no per-thread clocks here
-            self._clock = None
-        self._t, self._cpu = time.monotonic(), self._read()
-        self._idle = False
-
-    def _read(self) -> float:
-        if self._clock is None:
-            return 0.0
-        try:
-            return time.clock_gettime(self._clock)
-        except OSError:  # the caller's thread has ended: nobody computes on this core
-            self._clock = None
-            return 0.0
-
-    def idle(self, now: float) -> bool:
-        """True when the caller used under _IDLE_SHARE of a core since the last look
-        (looks at most every _WATCH_S; in between, the last verdict)."""
-        if now - self._t >= _WATCH_S:
-            cpu = self._read()
-            self._idle = self._clock is None or cpu - self._cpu < _IDLE_SHARE * (now - self._t)
-            self._t, self._cpu = now, cpu
-        return self._idle
-
-
-def caller_watch() -> CallerWatch | None:
-    """The CallerWatch of the collective this progress thread runs (None elsewhere,
-    or with WATCH_CALLER off)."""
-    ident = caller_thread()
-    if ident is None or not WATCH_CALLER:
-        return None
-    w = getattr(_local, "watch", None)  # kept across the thread's waits: the verdict carries over
-    if w is None or w.ident != ident:
-        w = _local.watch = CallerWatch(ident)
-    return w
-
-
 class Work:
     """Handle of an async collective. ``wait()`` returns its result, once."""
 
     def __init__(self, label: str, engine: "Engine | None" = None):
         self.label = label
         self._engine = engine  # the queue it waits in: wait() may run it here (Engine.steal)
-        self._caller = threading.get_ident()  # the thread that queued it (see caller_thread)
         self._done = threading.Event()
         self._result = None
         self._error: BaseException | None = None
@@ -266,7 +203,6 @@ class Engine:
                 if self._closed and not self._queue:
                     return
                 fn, work = self._queue.popleft()
-            _local.caller = work._caller
             try:
                 result, error = fn(), None
             except BaseException as e:  # handed to the waiter
