@@ -209,7 +209,9 @@ def plot_ddp(records: list[dict], path: str, title: str) -> None:
     ax.set_xticks(range(len(groups)), [f"{m}\n{mode}" for m, mode in groups])
     ax.set_ylabel("training steps / s")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    top = max((r["steps_per_s"] for r in records), default=1.0)
+    ax.set_ylim(0, top * 1.3)  # room for the legend above the bars
+    ax.legend(fontsize=8, ncol=len(backends), loc="upper center")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
