@@ -30,6 +30,12 @@ its own ratio, and "share" = (gloo - ringzero) / (gloo - free), the part of
 that possible gain ringzero gets (median over rounds, paired). Free trains on
 unreduced gradients, so its losses are not compared with Gloo's.
 
+"cpu(ms)" is the CPU time per step of the busiest rank's process, all its
+threads (median over rounds). On a 2-core node shared with other work the
+step times swing with the load; the CPU times much less, and they say where
+the time goes: ringzero's cpu minus free's is the all-reduce's own work, the
+rest of its step minus its cpu is waiting (for a peer, or for a core).
+
 Models: ``mlp`` (about 10.5M parameters: 512 -> 2048 -> 2048 -> 2048 -> 512,
 the default) and ``transformer`` (one encoder block, d_model 512, 8 heads,
 feed-forward 2048, sequences of 64: 3.2M). ``--width``/``--hidden`` shrink
@@ -276,7 +282,9 @@ def main(argv=None) -> int:
     for k in kinds:
         say(f"# {k}: {next(c.params for c in configs if c.kind == k):,} parameters")
     say(f"# warmup {a.warmup} steps, then {a.rounds} rounds of {a.steps} steps, configurations taking turns;"
-        f" time = median over rounds of (slowest rank's mean step); vs gloo = paired ratio, median over rounds")
+        f" time = median over rounds of (slowest rank's mean step); vs gloo = paired ratio, median over rounds;"
+        f" cpu = CPU time of the busiest rank's process (all its threads) per step, median over rounds: on a"
+        f" loaded node it moves less than the step time")
     if "free" in backends:
         say("# free = the same wrapper with no communication (DDP: a comm hook returning the bucket untouched;"
             " FSDP2: custom all-gather/reduce-scatter that only copy the own shard locally): the ceiling."
@@ -286,20 +294,24 @@ def main(argv=None) -> int:
         for _ in range(a.warmup):
             c.step()
     times: dict[int, list[float]] = {i: [] for i in range(len(configs))}
+    cpu: dict[int, list[float]] = {i: [] for i in range(len(configs))}  # the process's CPU time, all threads
     order = list(range(len(configs)))
     for rnd in range(a.rounds):
         for i in order[rnd % len(order):] + order[:rnd % len(order)]:
             world.Barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(a.steps):
                 configs[i].step()
-            times[i].append(world.allreduce((time.perf_counter() - t0) / a.steps, op=MPI.MAX))
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
+            times[i].append(world.allreduce(dt / a.steps, op=MPI.MAX))
+            cpu[i].append(world.allreduce(dc / a.steps, op=MPI.MAX))
     records = []
     for i, c in enumerate(configs):
         dt = float(np.median(times[i]))
         records.append(dict(model=c.kind, mode=c.mode, backend=c.backend, params=c.params, ranks=n,
                             batch=a.batch, step_ms=dt * 1e3, steps_per_s=1 / dt,
-                            rounds_ms=[t * 1e3 for t in times[i]], losses=c.losses))
+                            rounds_ms=[t * 1e3 for t in times[i]], cpu_ms=float(np.median(cpu[i])) * 1e3,
+                            losses=c.losses))
     index = {(c.kind, c.mode, c.backend): i for i, c in enumerate(configs)}
     for i, r in enumerate(records):
         twin = index.get((r["model"], r["mode"], "gloo"))
@@ -317,14 +329,14 @@ def main(argv=None) -> int:
             r["gain_share"] = float(np.median([(g - t) / (g - f) if g != f else float("nan")
                                                for g, t, f in zip(times[twin], times[i], times[free])]))
     say()
-    say(f"{'model':>12} {'mode':>6} {'backend':>9} {'params':>11} {'step(ms)':>9} {'steps/s':>8} "
+    say(f"{'model':>12} {'mode':>6} {'backend':>9} {'params':>11} {'step(ms)':>9} {'cpu(ms)':>8} {'steps/s':>8} "
         f"{'vs gloo':>8} {'ceiling':>8} {'share':>6} {'loss diff':>9}")
     for r in records:
         ratio = f"{r['ratio_vs_gloo']:.2f}x" if "ratio_vs_gloo" in r else "-"
         ceiling = f"{r['ceiling_vs_gloo']:.2f}x" if "ceiling_vs_gloo" in r else "-"
         share = f"{100 * r['gain_share']:.0f}%" if "gain_share" in r else "-"
         diff = f"{r['loss_rel_diff_vs_gloo']:.1e}" if "loss_rel_diff_vs_gloo" in r else "-"
-        say(f"{r['model']:>12} {r['mode']:>6} {r['backend']:>9} {r['params']:>11,} {r['step_ms']:>9.2f} "
+        say(f"{r['model']:>12} {r['mode']:>6} {r['backend']:>9} {r['params']:>11,} {r['step_ms']:>9.2f} {r['cpu_ms']:>8.2f} "
             f"{r['steps_per_s']:>8.2f} {ratio:>8} {ceiling:>8} {share:>6} {diff:>9}")
     title = f"training steps/s, {n} ranks, per-rank batch {a.batch}" + (" (no ringzero)" if notes else "")
     if rank == 0 and a.json:

@@ -28,7 +28,7 @@ def test_ddp_bench_small_run(tmp_path):
     rec = {(r["mode"], r["backend"]): r for r in recs}
     for r in recs:
         assert r["model"] == "mlp" and r["params"] == PARAMS
-        assert len(r["rounds_ms"]) == 3 and r["steps_per_s"] > 0
+        assert len(r["rounds_ms"]) == 3 and r["steps_per_s"] > 0 and r["cpu_ms"] > 0
         assert abs(r["step_ms"] - sorted(r["rounds_ms"])[1]) < 1e-9  # median of 3
         assert len(r["losses"]) == 1 + 3 * 2  # warm-up step, then 3 rounds of 2 steps
         assert all(np.isfinite(r["losses"]))
@@ -54,11 +54,12 @@ def test_ddp_bench_small_run(tmp_path):
     for mode in ("ddp", "fsdp2"):
         assert rec[(mode, "free")]["losses"][-1] != rec[(mode, "gloo")]["losses"][-1]
     rows = table_rows(p.stdout)
-    assert len(rows) == 6 and all(len(row) == 10 for row in rows)
+    assert len(rows) == 6 and all(len(row) == 11 for row in rows)
     for row in rows:
-        assert row[6].endswith("x") == (row[2] != "gloo")  # vs gloo
-        assert row[7].endswith("x") == row[8].endswith("%") == (row[2] == "ringzero")  # ceiling, share
-        assert (row[9] != "-") == (row[2] == "ringzero")  # loss diff
+        assert row[5] == f"{rec[(row[1], row[2])]['cpu_ms']:.2f}"  # cpu(ms)
+        assert row[7].endswith("x") == (row[2] != "gloo")  # vs gloo
+        assert row[8].endswith("x") == row[9].endswith("%") == (row[2] == "ringzero")  # ceiling, share
+        assert (row[10] != "-") == (row[2] == "ringzero")  # loss diff
     assert "# free = the same wrapper with no communication" in p.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
 
@@ -68,5 +69,5 @@ def test_ddp_bench_without_free():
                 "--mode", "ddp", "--backend", "ringzero,gloo", timeout=240)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     rows = table_rows(p.stdout)
-    assert [row[2] for row in rows] == ["ringzero", "gloo"] and rows[0][6].endswith("x")
-    assert rows[0][7] == rows[0][8] == "-" and "# free =" not in p.stdout
+    assert [row[2] for row in rows] == ["ringzero", "gloo"] and rows[0][7].endswith("x")
+    assert rows[0][8] == rows[0][9] == "-" and "# free =" not in p.stdout
