@@ -33,8 +33,9 @@ unreduced gradients, so its losses are not compared with Gloo's.
 "cpu(ms)" is the CPU time per step of the busiest rank's process, all its
 threads (median over rounds). On a 2-core node shared with other work the
 step times swing with the load; the CPU times much less, and they say where
-the time goes: ringzero's cpu minus free's is the all-reduce's own work, the
-rest of its step minus its cpu is waiting (for a peer, or for a core).
+the time goes: ringzero's cpu minus free's is the all-reduce's own work,
+and, on a rank bound to one core (mpirun's default here), step minus cpu is
+time its threads spent waiting (for a peer, or for the core).
 
 Models: ``mlp`` (about 10.5M parameters: 512 -> 2048 -> 2048 -> 2048 -> 512,
 the default) and ``transformer`` (one encoder block, d_model 512, 8 heads,
