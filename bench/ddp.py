@@ -337,8 +337,8 @@ def main(argv=None) -> int:
         ceiling = f"{r['ceiling_vs_gloo']:.2f}x" if "ceiling_vs_gloo" in r else "-"
         share = f"{100 * r['gain_share']:.0f}%" if "gain_share" in r else "-"
         diff = f"{r['loss_rel_diff_vs_gloo']:.1e}" if "loss_rel_diff_vs_gloo" in r else "-"
-        say(f"{r['model']:>12} {r['mode']:>6} {r['backend']:>9} {r['params']:>11,} {r['step_ms']:>9.2f} {r['cpu_ms']:>8.2f} "
-            f"{r['steps_per_s']:>8.2f} {ratio:>8} {ceiling:>8} {share:>6} {diff:>9}")
+        say(f"{r['model']:>12} {r['mode']:>6} {r['backend']:>9} {r['params']:>11,} {r['step_ms']:>9.2f} "
+            f"{r['cpu_ms']:>8.2f} {r['steps_per_s']:>8.2f} {ratio:>8} {ceiling:>8} {share:>6} {diff:>9}")
     title = f"training steps/s, {n} ranks, per-rank batch {a.batch}" + (" (no ringzero)" if notes else "")
     if rank == 0 and a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
