@@ -18,10 +18,12 @@ returning, every rank waits until every peer says it is done reading (the
 caller may overwrite its buffers as soon as we return), unless peers read
 only its stage copy (see _finish).
 
-Ordinary arrays are staged (``COLLECTIVES_STAGE=1``): copied into one half
-of a symmetric stage window, the halves alternating by call; above
-``ring_above`` bytes a staged call takes the ring over MPI after the header
-check instead (``_by_ring``).
+Ordinary arrays are staged (by default on two ranks of one node, see
+symmetric/__init__.py): copied into one half of a symmetric stage window, the
+halves alternating by call, only the bytes peers read (a reduce-scatter's own
+segment is read in place, so it is not copied); above ``stage_max[kind]``
+bytes a staged call takes the ring over MPI after the header check instead
+(``_by_ring``).
 """
 from __future__ import annotations
 
@@ -57,9 +59,10 @@ class Direct(AllReduce):
         self._need_scratch: dict = {}
         self._staged: dict = {}  # locations -> whether some input is staged
         self.staged = False  # this call's
-        # staged calls whose (agreed) input is larger take the ring over MPI after the
-        # header check here (set by Symmetric when it stages, on one node)
-        self.ring_above: int | None = None
+        # per collective: staged calls whose (agreed) input is larger take the ring over
+        # MPI after the header check here (set by staged() by default, on one node;
+        # None stages every size)
+        self.stage_max: dict | None = None
         self.via_ring = False
         self._stage = None
         self._key = None
@@ -79,22 +82,23 @@ class Direct(AllReduce):
         o = (epoch & 1) * (w.nbytes // 2 // 64 * 64)
         return w.peers[q][o:o + nbytes]
 
-    def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None):
+    def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None, kind="all_reduce", parts=None):
         """Post, wait for every header, check; stage inputs that are not in the heap.
         A staged input is copied into the stage window before posting when the
         window is already large enough (then every rank's is: they only ever grow
         together, to agreed sizes, and nobody reads it before the check), else
         after the check, once the window has grown, and announced with INPUT.
+        ``parts``: the (offset, count) ranges of x that peers read (None: all).
         Returns the call's flag base; ``self._key`` names every rank's locations
         for plan caches."""
         sig = self.sig
         copy = xloc is None and (root is None or root == self.rank)
-        big = root is None and self.ring_above is not None and stage_bytes > self.ring_above
+        big = self.stage_max is not None and stage_bytes > self.stage_max[kind]
         need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
         # early only when the window will not grow below (the copy would be lost)
         early = copy and not big and self._stage is not None and self._stage.nbytes >= need
         if early:
-            np.copyto(self._staged_view(self.rank, sig.epoch + 1, x.nbytes).view(x.dtype), _flat(x))
+            self._copy_in(sig.epoch + 1, x, parts)
         base = sig.post(hdr, xloc if xloc is not None else (-1, -1), dst,
                         INPUT if xloc is not None or early else READY)
         sig.wait_all(ctx, base + READY, "header posted")
@@ -110,7 +114,7 @@ class Direct(AllReduce):
         if staged:
             self._stage = self.heap.scratch(need, "stage")
             if copy and not early:
-                np.copyto(self._staged_view(self.rank, sig.epoch, x.nbytes).view(x.dtype), _flat(x))
+                self._copy_in(sig.epoch, x, parts)
                 sig.raise_to(base + INPUT)
             key = (key, self._stage.index, sig.epoch & 1)
             if root is None:
@@ -119,6 +123,32 @@ class Direct(AllReduce):
                 sig.wait(ctx, root, base + INPUT, "input staged")
         self._key = key
         return base
+
+    def _copy_in(self, epoch, x, parts):
+        """x into this rank's stage half for call ``epoch``, at x's own offsets: all of
+        it, or only ``parts`` ((offset, count) ranges, the bytes peers read)."""
+        dst, xf = self._staged_view(self.rank, epoch, x.nbytes).view(x.dtype), _flat(x)
+        if parts is None:
+            np.copyto(dst, xf)
+        else:
+            for o, c in parts:
+                np.copyto(dst[o:o + c], xf[o:o + c])
+
+    def _peer_parts(self, count, ckey, mine):
+        """The ranges of a staged reduce-scatter input that peers read: all but our
+        own ranges ``mine`` (which we read in place), merged, in order."""
+        key = ("parts", count, ckey, self.rank)
+        p = self._plans.get(key)
+        if p is None:
+            p, at = [], 0
+            for o, c in sorted(r for r in mine if r[1]):
+                if o > at:
+                    p.append((at, o - at))
+                at = max(at, o + c)
+            if at < count:
+                p.append((at, count - at))
+            p = self._cached(key, lambda: tuple(p))
+        return p
 
     def _cached(self, key, build):
         p = self._plans.get(key)
@@ -181,10 +211,13 @@ class Direct(AllReduce):
         """Node rank r gets segment r, or with ``ranges`` (per node rank, a tuple of
         (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
         dt = x.dtype
-        base = self._start(ctx, hdr, x, xloc, x.nbytes)
+        ckey = tuple(counts) if ranges is None else ranges
+        parts = None  # a staged input: copy only what peers read, unless we read our own from the copy
+        if xloc is None and (self.size == 2 or not np.may_share_memory(x, out)):
+            parts = self._peer_parts(x.size, ckey, (ranges or _ranges(counts))[self.rank])
+        base = self._start(ctx, hdr, x, xloc, x.nbytes, kind="reduce_scatter", parts=parts)
         if self.via_ring:
             return self._by_ring(ctx, base, "reduce_scatter", x, out, counts, op)
-        ckey = tuple(counts) if ranges is None else ranges
         wkey = ("rs", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
         work = self._work.get(wkey)
         if work is None or work[0] is not x or work[1] is not out:
@@ -232,7 +265,7 @@ class Direct(AllReduce):
         tuple of (offset in out, count)) each rank's x split over those ranges."""
         dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
-                           max(sum(c for _, c in r) for r in ranges) * dt.itemsize)
+                           max(sum(c for _, c in r) for r in ranges) * dt.itemsize, kind="all_gather")
         if self.via_ring:
             return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
         ckey = tuple(counts) if ranges is None else ranges
@@ -271,7 +304,9 @@ class Direct(AllReduce):
 
     def broadcast(self, ctx, hdr, x, out, root, xloc):
         sig = self.sig
-        base = self._start(ctx, hdr, x, xloc, x.nbytes, root=root)
+        base = self._start(ctx, hdr, x, xloc, x.nbytes, root=root, kind="broadcast")
+        if self.via_ring:
+            return self._by_ring(ctx, base, "broadcast", x, out, root, None)
         if self.rank == root:
             if out is not x:
                 np.copyto(_flat(out), _flat(x))

@@ -241,7 +241,7 @@ def staged():
     phases = {e.get("phase") for e in t.data_events()}
     if n > 1 and not any(str(p).startswith("direct") for p in phases):
         failures.append(f"no direct reads traced: phases {phases}")
-    if n > 1 and comm._symmetric.direct.ring_above is not None and not any(
+    if n > 1 and comm._symmetric.direct.stage_max is not None and not any(
             p and not str(p).startswith("direct") for p in phases):
         failures.append(f"large staged calls did not take the ring: phases {phases}")
     extra["phases"] = sorted(map(str, phases))
