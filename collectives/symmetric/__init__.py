@@ -29,8 +29,14 @@ from .signals import Signals
 # input (an all-gather's: the largest piece) is larger takes the ring after the
 # header check in shared memory (Direct._by_ring). Nothing was measured at other
 # node sizes (the machine has two cores): there the default is the ring.
-STAGE_MAX_BYTES = {"all_reduce": 512 * 1024, "reduce_scatter": 512 * 1024, "all_gather": 512 * 1024,
-                   "broadcast": 512 * 1024}
+# Staged, each rank copies its input once more than the ring's single-copy
+# transfers: an all-gather (three copies of a piece against two) loses from
+# 1 MiB, a one-phase all-reduce from 2 MiB; reduce-scatters (half the input
+# copied) and broadcasts won at every size measured, but the stage window is
+# twice the largest staged input on every rank, so they stop at 2 MiB (a 4 MiB
+# window), past which the win was small (0.83-0.99x the ring's time).
+STAGE_MAX_BYTES = {"all_reduce": 1 << 20, "reduce_scatter": 2 << 20, "all_gather": 512 << 10,
+                   "broadcast": 2 << 20}
 STAGE_RANKS = 2  # the node size the table was measured at
 
 __all__ = ["Symmetric", "Heap", "Direct", "Signals", "node_comm", "staged", "stage_mode", "STAGE_MAX_BYTES"]
