@@ -332,9 +332,10 @@ def defaults():
     comm, extra["construct_s"] = _communicator(None)
     sym = comm._symmetric
     extra["stage"] = bool(sym and sym.stage)
-    if n != STAGE_RANKS:
-        if sym is not None:
-            failures.append(f"{n} ranks: staged by default, but the limits were measured at {STAGE_RANKS}")
+    if n != STAGE_RANKS or int(os.environ.get("COLLECTIVES_NODE_SIZE") or n) < n:
+        if sym is not None:  # measured on one node of STAGE_RANKS only; several nodes: the ring
+            failures.append(f"{n} ranks (COLLECTIVES_NODE_SIZE={os.environ.get('COLLECTIVES_NODE_SIZE')}): "
+                            f"staged by default, but the limits were measured on one node of {STAGE_RANKS}")
         comm.close()
         return
     if sym is None or sym.direct.stage_max != STAGE_MAX_BYTES:
