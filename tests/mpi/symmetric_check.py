@@ -307,7 +307,7 @@ def _paths(comm, call, root=None):
     return got, {"direct" if p.startswith("direct") else "ring" for p in phases}
 
 
-def _communicator(stage):
+def _communicator(stage, timeout=30.0):
     """A Communicator made with COLLECTIVES_STAGE=stage (None: unset), timed."""
     old = os.environ.pop("COLLECTIVES_STAGE", None)
     if stage is not None:
@@ -315,7 +315,7 @@ def _communicator(stage):
     try:
         world.Barrier()
         t = time.perf_counter()
-        comm = Communicator(timeout=30)
+        comm = Communicator(timeout=timeout)
         return comm, time.perf_counter() - t
     finally:
         os.environ.pop("COLLECTIVES_STAGE", None)
@@ -382,6 +382,16 @@ def defaults():
         failures.append(f"stage window {extra['stage_window']} past twice the largest limit")
     for c in (comm, off, on):
         c.close()
+    # not staged, a heap array on one rank and an ordinary one on the other split into
+    # the direct path and the ring: each side times out at the deadline naming the other
+    split, _ = _communicator("0", timeout=0.5)
+    hx = split.alloc((256,), np.float32)
+    y = hx if rank == 0 else np.ones(256, np.float32)
+    t = time.monotonic()
+    extra["split_message"] = expect_error("heap vs ordinary, not staged", CollectiveTimeout,
+                                          lambda: split.all_reduce(y), f"rank {1 - rank}")
+    extra["split_seconds"] = round(time.monotonic() - t, 2)
+    world.Barrier()
 
 
 {"grid": grid, "mismatch": mismatch, "absent": absent, "staged": staged, "defaults": defaults}[mode]()
