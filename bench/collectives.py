@@ -64,10 +64,10 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from collectives import Communicator  # noqa: E402
+from collectives import Communicator  # noqa: E402  (before mpi4py starts MPI: see collectives/__init__.py)
+from mpi4py import MPI  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
 from collectives.trace import Tracer  # noqa: E402
 from collectives.volumes import busbw_factor  # noqa: E402
