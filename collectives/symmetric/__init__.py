@@ -10,7 +10,9 @@ heap on every rank takes the direct path. Pieces:
 - signals.py: one control slot per rank: sequence-number flags with
   deadlines, and the header agreement, checked before any data is read.
 - direct.py: reduce-scatter, all-gather, all-reduce, broadcast, barrier
-  within a node.
+  within a node; stage.py: ordinary host arrays copied into a stage window
+  (by default on two ranks of a node, see ``staged``); by_ring.py: staged
+  calls past their size limit run the ring.
 - hier.py: several nodes: direct within each node, the ring between them.
 """
 from __future__ import annotations

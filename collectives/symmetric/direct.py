@@ -31,24 +31,16 @@ import numpy as np
 
 from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
-from ..schedule import offsets
 from .allreduce import AllReduce, _flat
 from .by_ring import by_ring
 from .signals import DONE, INPUT, READY
+from .stage import copy_in, rs_parts
+from .stage import ranges_of as _ranges
 
 CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
-# staged reduce-scatters this large copy in only the segments peers read (paired, two
-# ranks: 0.84x the time of a whole copy at 1 MiB, 0.71x at 4 MiB; no gain measured
-# up to 256 KiB, where one copy call costs less than the bookkeeping)
-PARTS_MIN_BYTES = 512 * 1024
 _F32 = np.dtype(np.float32)
 _HALF = frozenset(to_dtype(h) for h in HALF)
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
-def _ranges(counts):
-    """One (offset, count) range per rank: the plain segments."""
-    return tuple(((o, c),) for o, c in zip(offsets(counts), counts))
 
 
 class Direct(AllReduce):
@@ -128,28 +120,8 @@ class Direct(AllReduce):
         self._key = key
         return base
 
-    def _copy_in(self, epoch, x, parts):
-        """x into this rank's stage half for call ``epoch``, at x's own offsets: all of
-        it, or only ``parts`` ((offset, count) ranges, the bytes peers read)."""
-        dst, xf = self._staged_view(self.rank, epoch, x.nbytes).view(x.dtype), _flat(x)
-        if parts is None:
-            np.copyto(dst, xf)
-        else:
-            for o, c in parts:
-                np.copyto(dst[o:o + c], xf[o:o + c])
-
-    @staticmethod
-    def _peer_parts(count, mine):
-        """The ranges of a staged reduce-scatter input that peers read: all but our
-        own ranges ``mine`` (which we read in place), merged, in order."""
-        p, at = [], 0
-        for o, c in sorted(r for r in mine if r[1]):
-            if o > at:
-                p.append((at, o - at))
-            at = max(at, o + c)
-        if at < count:
-            p.append((at, count - at))
-        return tuple(p)
+    _copy_in = copy_in  # staging (stage.py)
+    _rs_parts = rs_parts
 
     def _cached(self, key, build):
         p = self._plans.get(key)
@@ -213,12 +185,7 @@ class Direct(AllReduce):
         (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
         dt = x.dtype
         ckey = tuple(counts) if ranges is None else ranges
-        parts = None  # a large staged input: copy only what peers read, unless we read our own from the copy
-        if xloc is None and x.nbytes >= PARTS_MIN_BYTES and (self.size == 2 or not np.may_share_memory(x, out)):
-            parts = self._plans.get(("parts", x.size, ckey))
-            if parts is None:
-                parts = self._cached(("parts", x.size, ckey), lambda: self._peer_parts(
-                    x.size, (ranges or _ranges(counts))[self.rank]))
+        parts = self._rs_parts(x, out, xloc, counts, ranges, ckey)  # staged: only what peers read
         base = self._start(ctx, hdr, x, xloc, x.nbytes, kind="reduce_scatter", parts=parts)
         if self.via_ring:
             return self._by_ring(ctx, base, "reduce_scatter", x, out, counts, op)
