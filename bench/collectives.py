@@ -49,8 +49,9 @@ order: they live in the node's symmetric heap (collectives/symmetric), so
 the ring reads its peers' buffers directly, while MPI, Gloo and the bare
 ring get the very same arrays (MPI's own collectives on heap memory, torch
 through ``torch.from_numpy`` views). The header says which buffers ran and
-whether ``COLLECTIVES_STAGE=1`` (ordinary arrays staged through the heap) is
-set; every record carries ``buffers`` and ``stage``, and our communicators'
+whether our communicator stages ordinary arrays through the heap (by default
+on two ranks of a node, up to per-collective limits; ``COLLECTIVES_STAGE=0``
+never, ``=1`` at every size); every record carries ``buffers`` and ``stage``, and our communicators'
 records ``path``: what the checked (untimed) call took, read from a trace of
 that one call ("direct" when peers' buffers were read in place, "ring" when the ring
 sent and received; "mpi" for the baseline). ``--algorithm torch`` runs on the ringzero
@@ -66,10 +67,10 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from collectives import Communicator  # noqa: E402
+from collectives import Communicator  # noqa: E402  (before mpi4py starts MPI: see collectives/__init__.py)
+from mpi4py import MPI  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
 from collectives.trace import Tracer  # noqa: E402
 from collectives.volumes import busbw_factor  # noqa: E402
@@ -357,7 +358,8 @@ def main(argv=None) -> int:
         owner = comms["ring"] if "ring" in comms else comms["mpi"]
         pool = HeapPool(owner, max(sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor),
                                    default=1), dtype)
-    stage = os.environ.get("COLLECTIVES_STAGE") == "1"
+    ours = next((c for c in comms.values() if isinstance(c, Communicator) and c.algorithm == "ring"), None)
+    stage = bool(ours is not None and ours._symmetric is not None and ours._symmetric.stage)
     mode = "symmetric" if a.symmetric else "numpy"
 
     def say(s=""):
@@ -372,8 +374,11 @@ def main(argv=None) -> int:
         say(f"# buffers: numpy ({'cupy' if a.device == 'cuda' else 'ordinary host'} arrays), the same arrays"
             f" for every algorithm")
     say(f"# COLLECTIVES_STAGE={os.environ.get('COLLECTIVES_STAGE', '')}"
-        + (": ordinary host arrays staged through symmetric scratch (direct path)" if stage else
-           " (unset: ordinary arrays take the ring)"))
+        + {"1": ": ordinary host arrays staged through symmetric scratch (direct path) at every size",
+           "0": ": ordinary arrays take the ring"}.get(os.environ.get("COLLECTIVES_STAGE", ""),
+                                                       " (unset: ordinary host arrays staged up to each collective's"
+                                                       " limit, the ring above; docs/symmetric.md)" if stage else
+                                                       " (unset: not staged here, ordinary arrays take the ring)"))
     baselines = [b for b in BASELINES if b in algos]
     overhead = "torch" in algos and "ring" in algos
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters, algorithms taking turns each round;"

@@ -28,8 +28,9 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
     for r in recs:
         assert set(r) >= {"op", "algorithm", "dtype", "bytes", "ranks", "time_us", "algbw", "busbw", "wrong"}
         assert r["wrong"] == 0 and r["ranks"] == 2, r
-        assert r["buffers"] == "numpy" and r["stage"] is False  # ordinary arrays: the ring, not direct reads
-        assert r.get("path") == {"ring": "ring", "mpi": "mpi"}.get(r["algorithm"]), r
+        # ordinary arrays on two ranks: staged by default (every size here is within the limits)
+        assert r["buffers"] == "numpy" and r["stage"] is True
+        assert r.get("path") == {"ring": "direct", "mpi": "mpi"}.get(r["algorithm"]), r
         assert abs(r["algbw"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) < 1e-9 * max(1, r["algbw"])
         factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(r["op"], 0.5)  # 2(n-1)/n, 1 and (n-1)/n at n = 2
         assert abs(r["busbw"] - r["algbw"] * factor) < 1e-12 + 1e-9 * r["busbw"]
@@ -133,7 +134,7 @@ def test_bench_symmetric_buffers_take_the_direct_path(tmp_path):
     assert {(r["op"], r["algorithm"]) for r in recs} == {(op, a) for op in ops for a in ("ring", "mpi", "gloo")}
     assert sorted({r["bytes"] for r in recs}) == [1024, 32768, 1048576]  # one-phase and two-phase all-reduce
     for r in recs:
-        assert r["wrong"] == 0 and r["buffers"] == "symmetric" and r["stage"] is False, r
+        assert r["wrong"] == 0 and r["buffers"] == "symmetric" and r["stage"] is True, r  # the default, 2 ranks
         assert r.get("path") == {"ring": "direct", "mpi": "mpi"}.get(r["algorithm"]), r
     assert "# ring path (symmetric buffers): direct reads in 12 of 12 cases" in p.stdout
     assert "# out of bounds values : 0 OK" in p.stdout
