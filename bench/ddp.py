@@ -52,12 +52,13 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # bench/ helpers; the repository goes before it, so that
 sys.path.insert(0, os.path.join(HERE, ".."))  # "collectives" is the package, not bench/collectives.py
 
+import collectives  # noqa: E402,F401  (before mpi4py starts MPI: see collectives/__init__)
+from mpi4py import MPI  # noqa: E402
 from torch_groups import have_ringzero_backend, init_groups  # noqa: E402
 
 MODES = ("ddp", "fsdp2")

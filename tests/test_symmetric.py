@@ -105,3 +105,27 @@ def test_default_staging_limits_both_sides_and_the_switch(n, node_size):
             assert r["cases"] == 33 and r["memory_at_start"] <= 4096, r
             assert 0 < r["stage_window"] <= 4 << 20, r
             assert r["split_seconds"] < 3, r  # COLLECTIVES_STAGE=0, heap vs ordinary: the deadline, no hang
+
+
+def test_default_staging_stays_off_when_mpi_started_first_with_ucx_osc_in():
+    """mpi4py.MPI imported before collectives, OMPI_MCA_osc unset: MPI runs with Open MPI's UCX
+    one-sided component in, so the default staging (a shared window at construction) stays
+    off on every rank; the user's own OMPI_MCA_osc lets it on again."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, mpi_env, mpirun_cmd
+
+    script = str(ROOT / "tests" / "mpi" / "stage_import_order.py")
+    for osc, staged in ((None, False), ("^ucx", True)):
+        env = mpi_env()
+        env.pop("OMPI_MCA_osc", None)
+        env.pop("COLLECTIVES_STAGE", None)
+        if osc is not None:
+            env["OMPI_MCA_osc"] = osc
+        p = subprocess.run(mpirun_cmd(2) + [sys.executable, script], capture_output=True, text=True,
+                           timeout=120, env=env, cwd=ROOT)
+        assert p.returncode == 0, p.stderr[-3000:]
+        lines = sorted(line for line in p.stdout.splitlines() if line.startswith("rank "))
+        assert lines == [f"rank {r} maybe_on={osc is None} staged={staged} exact=True" for r in range(2)], \
+            (osc, p.stdout[-2000:])

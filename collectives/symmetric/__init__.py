@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from mpi4py import MPI
 
 from .direct import Direct
 from .heap import Heap, node_comm
@@ -69,6 +70,8 @@ def staged(comm):
         return None
     if mode == "auto" and world.Get_size() != STAGE_RANKS:
         return None  # decided before any collective call: nothing made, nothing spent
+    if mode == "auto" and not _ucx_osc_out(world):
+        return None  # MPI was started with Open MPI's UCX one-sided component in (see collectives/__init__)
     node = node_comm(world)
     if mode == "auto" and node.Get_size() != world.Get_size():
         node.Free()  # several nodes: the ring (forced staging goes through hier.py)
@@ -78,6 +81,14 @@ def staged(comm):
     if mode == "auto":
         sym.direct.stage_max = STAGE_MAX_BYTES
     return sym
+
+
+def _ucx_osc_out(world) -> bool:
+    """Whether every rank started MPI with Open MPI's UCX one-sided component left out (or
+    may have: not Open MPI's concern, or the user chose); agreed, so every rank decides alike."""
+    from .. import UCX_OSC_MAYBE_ON
+
+    return bool(world.allreduce(0 if UCX_OSC_MAYBE_ON else 1, op=MPI.MIN))
 
 
 class Symmetric:
