@@ -27,7 +27,10 @@ torch`` our ring called through the ringzero ProcessGroup
 (collectives/torch_backend.py), both on torch views of the same arrays
 (torch is imported only for them). With torch and ring in one run, the
 "torch-ring(us)" column is the group's per-call cost over the bare
-Communicator, paired round by round. torch's all-reduce and broadcast work in
+Communicator, paired round by round; "torch-api(us)" is the share of it that
+is torch's own (the same dist.* call on a group whose methods do nothing,
+timed in each round), which every backend pays; the JSON's
+``overhead_ours_us`` is the rest, the ringzero group's. torch's all-reduce and broadcast work in
 place: they run on the output buffer, refilled from the input before each
 round outside the timing (so torch-ring also holds the difference between
 our in-place and out-of-place all-reduce, nothing at small sizes). torch runs
@@ -46,8 +49,9 @@ order: they live in the node's symmetric heap (collectives/symmetric), so
 the ring reads its peers' buffers directly, while MPI, Gloo and the bare
 ring get the very same arrays (MPI's own collectives on heap memory, torch
 through ``torch.from_numpy`` views). The header says which buffers ran and
-whether ``COLLECTIVES_STAGE=1`` (ordinary arrays staged through the heap) is
-set; every record carries ``buffers`` and ``stage``, and our communicators'
+whether our communicator stages ordinary arrays through the heap (by default
+on two ranks of a node, up to per-collective limits; ``COLLECTIVES_STAGE=0``
+never, ``=1`` at every size); every record carries ``buffers`` and ``stage``, and our communicators'
 records ``path``: what the checked (untimed) call took, read from a trace of
 that one call ("direct" when peers' buffers were read in place, "ring" when the ring
 sent and received; "mpi" for the baseline). ``--algorithm torch`` runs on the ringzero
@@ -63,10 +67,10 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from collectives import Communicator  # noqa: E402
+from collectives import Communicator  # noqa: E402  (before mpi4py starts MPI: see collectives/__init__.py)
+from mpi4py import MPI  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
 from collectives.trace import Tracer  # noqa: E402
 from collectives.volumes import busbw_factor  # noqa: E402
@@ -211,8 +215,10 @@ class TorchCase(Case):
         if self.op == "all_reduce" or (self.op == "broadcast" and self.comm.rank == 0):
             self.out[...] = self.x
 
-    def run(self):
-        d, op, g = self.dist, self.op, self.group
+    def run(self, group=None):
+        """One call through torch.distributed, on this case's group (or on ``group``:
+        the no-op group that times torch's own share of a call)."""
+        d, op, g = self.dist, self.op, self.group if group is None else group
         if op == "all_reduce":
             d.all_reduce(self.tout, op=self.top, group=g)
         elif op == "reduce_scatter":
@@ -220,7 +226,8 @@ class TorchCase(Case):
         elif op == "all_gather":
             self.ag(self.tout, self.tx, group=g)
         else:
-            d.broadcast(self.tout, src=d.get_global_rank(g, 0) if g is not None else 0, group=g)
+            d.broadcast(self.tout, src=0 if group is not None else (d.get_global_rank(g, 0) if g is not None
+                                                                      else 0), group=g)
 
 
 class HeapPool:
@@ -340,13 +347,19 @@ def main(argv=None) -> int:
     kw = {} if a.chunk_bytes is None else {"chunk_bytes": a.chunk_bytes}
     comms = {alg: make_comm(alg, world, kw, want_ringzero="torch" in algos) for alg in algos}
     n, rank = world.size, world.rank
+    noop = None
+    if "torch" in algos and "ring" in algos:
+        from torch_groups import noop_group
+
+        noop = noop_group(rank, n)
     records = []
     pool = None
     if a.symmetric:  # on ring's communicator, so that its heap is the one the ring reads
         owner = comms["ring"] if "ring" in comms else comms["mpi"]
         pool = HeapPool(owner, max(sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor),
                                    default=1), dtype)
-    stage = os.environ.get("COLLECTIVES_STAGE") == "1"
+    ours = next((c for c in comms.values() if isinstance(c, Communicator) and c.algorithm == "ring"), None)
+    stage = bool(ours is not None and ours._symmetric is not None and ours._symmetric.stage)
     mode = "symmetric" if a.symmetric else "numpy"
 
     def say(s=""):
@@ -361,8 +374,11 @@ def main(argv=None) -> int:
         say(f"# buffers: numpy ({'cupy' if a.device == 'cuda' else 'ordinary host'} arrays), the same arrays"
             f" for every algorithm")
     say(f"# COLLECTIVES_STAGE={os.environ.get('COLLECTIVES_STAGE', '')}"
-        + (": ordinary host arrays staged through symmetric scratch (direct path)" if stage else
-           " (unset: ordinary arrays take the ring)"))
+        + {"1": ": ordinary host arrays staged through symmetric scratch (direct path) at every size",
+           "0": ": ordinary arrays take the ring"}.get(os.environ.get("COLLECTIVES_STAGE", ""),
+                                                       " (unset: ordinary host arrays staged up to each collective's"
+                                                       " limit, the ring above; docs/symmetric.md)" if stage else
+                                                       " (unset: not staged here, ordinary arrays take the ring)"))
     baselines = [b for b in BASELINES if b in algos]
     overhead = "torch" in algos and "ring" in algos
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters, algorithms taking turns each round;"
@@ -373,16 +389,20 @@ def main(argv=None) -> int:
     if overhead:
         say("# torch-ring(us): median over rounds of the paired per-call time difference, the ringzero"
             " ProcessGroup's cost over calling the Communicator directly")
+        say("# torch-api(us): the same dist.* call on a group that does nothing (bench/torch_groups.py"
+            " noop_group), timed in each round: torch's own share of torch-ring, which every backend pays")
     say(f"# busbw = algbw x {{all_reduce: 2(n-1)/n = {busbw_factor('all_reduce', n):.3f}, "
         f"reduce_scatter/all_gather: (n-1)/n = {busbw_factor('all_gather', n):.3f}}}")
     hdr = (f"{'op':>14} {'size(B)':>11} {'count':>10} {'type':>8} {'redop':>5} {'algorithm':>9} "
            f"{'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
-           + "".join(f" {'vs ' + b:>8}" for b in baselines) + (f" {'torch-ring(us)':>14}" if overhead else ""))
+           + "".join(f" {'vs ' + b:>8}" for b in baselines)
+           + (f" {'torch-ring(us)':>14} {'torch-api(us)':>12}" if overhead else ""))
     for op in ops:
         say()
         say(hdr)
         for size in sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor):
             row, cases, times = {}, {}, {alg: [] for alg in algos}
+            api = []  # --algorithm torch: per round, the same dist.* call on a group that does nothing
             for alg in algos:
                 first = cases[algos[0]] if cases else None
                 kind = TorchCase if alg in ("gloo", "torch") else Case
@@ -411,6 +431,12 @@ def main(argv=None) -> int:
                     if a.device == "cuda":
                         xp.cuda.runtime.deviceSynchronize()
                     times[alg].append(world.allreduce((time.perf_counter() - t0) / max(a.iters, 1), op=MPI.MAX))
+                    if alg == "torch" and overhead and op != "broadcast":  # torch's own share of a call
+                        # (broadcast: torch asks its group registry for the root's rank, so no loose group)
+                        t0 = time.perf_counter()
+                        for _ in range(a.iters):
+                            case.run(group=noop)
+                        api.append(world.allreduce((time.perf_counter() - t0) / max(a.iters, 1), op=MPI.MAX))
             for alg in algos:
                 case, dt = cases[alg], float(np.median(times[alg]))
                 algbw = case.nbytes / dt / 1e9
@@ -443,11 +469,17 @@ def main(argv=None) -> int:
                         rec["overhead_vs_ring_us"] = float(np.median(
                             [(t - r) * 1e6 for t, r in zip(times["torch"], times["ring"])]))
                         cols[-1] = f"{rec['overhead_vs_ring_us']:+.1f}"
+                        if api:
+                            rec["torch_api_us"] = float(np.median(api)) * 1e6
+                            rec["overhead_ours_us"] = rec["overhead_vs_ring_us"] - rec["torch_api_us"]
+                        cols.append(f"{rec['torch_api_us']:.1f}" if api else "-")
+                    else:
+                        cols.append("-")
                 say(f"{op:>14} {rec['bytes']:>11} {rec['count']:>10} {a.dtype:>8} "
                     f"{a.redop if op in ('all_reduce', 'reduce_scatter') else 'none':>5} {alg:>9} "
                     f"{rec['time_us']:>10.1f} {rec['algbw']:>11.3f} {rec['busbw']:>11.3f} "
                     f"{rec['wrong']:>6}" + "".join(f" {c:>8}" for c in cols[:len(baselines)])
-                    + (f" {cols[-1]:>14}" if overhead else ""))
+                    + (f" {cols[-2]:>14} {cols[-1]:>12}" if overhead else ""))
     say()
     total_wrong = sum(r["wrong"] for r in records)
     for alg in algos:
@@ -464,7 +496,9 @@ def main(argv=None) -> int:
     if over:
         smallest = min(r["bytes"] for r in over)
         say("# torch over ring at " + f"{smallest} B: " + ", ".join(
-            f"{r['op']} {r['overhead_vs_ring_us']:+.1f} us" for r in over if r["bytes"] == smallest))
+            f"{r['op']} {r['overhead_vs_ring_us']:+.1f} us (torch's API {r['torch_api_us']:.1f}, the group "
+            f"{r['overhead_ours_us']:+.1f})" if "torch_api_us" in r else f"{r['op']} {r['overhead_vs_ring_us']:+.1f} us"
+            for r in over if r["bytes"] == smallest))
     traced = [r for r in records if r.get("path") in ("direct", "ring")]
     if traced:
         direct = sum(r["path"] == "direct" for r in traced)

@@ -17,11 +17,31 @@ optimizer steps per turn; a step's time is the slowest rank's. The
 Both backends see the same gradients, so their losses must agree; the table
 prints the largest relative difference.
 
+The ceiling: backend ``free`` is the same wrapper with communication that
+costs nothing. DDP gets a comm hook that returns its bucket untouched in a
+completed future (DDP's own bucketing, copies and hook calls remain; no
+bytes move and nothing is summed). FSDP2 gets a custom all-gather and
+reduce-scatter (``set_custom_all_gather``/``set_custom_reduce_scatter``) that
+only copy locally what the collective would have written: the own shard into
+every slot of the gathered output, the own slice of the gradients into the
+reduce-scatter output. Free's "vs gloo" (Gloo / free, paired per round) is
+the most any backend could gain; ringzero's row shows it as "ceiling" beside
+its own ratio, and "share" = (gloo - ringzero) / (gloo - free), the part of
+that possible gain ringzero gets (median over rounds, paired). Free trains on
+unreduced gradients, so its losses are not compared with Gloo's.
+
+"cpu(ms)" is the CPU time per step of the busiest rank's process, all its
+threads (median over rounds). On a 2-core node shared with other work the
+step times swing with the load; the CPU times much less, and they say where
+the time goes: ringzero's cpu minus free's is the all-reduce's own work,
+and, on a rank bound to one core (mpirun's default here), step minus cpu is
+time its threads spent waiting (for a peer, or for the core).
+
 Models: ``mlp`` (about 10.5M parameters: 512 -> 2048 -> 2048 -> 2048 -> 512,
 the default) and ``transformer`` (one encoder block, d_model 512, 8 heads,
 feed-forward 2048, sequences of 64: 3.2M). ``--width``/``--hidden`` shrink
 the MLP (the tests train a tiny one). Without collectives.torch_backend in
-this checkout the run is Gloo only, and says so.
+this checkout the run has no ringzero rows, and says so.
 """
 from __future__ import annotations
 
@@ -32,16 +52,18 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # bench/ helpers; the repository goes before it, so that
 sys.path.insert(0, os.path.join(HERE, ".."))  # "collectives" is the package, not bench/collectives.py
 
+import collectives  # noqa: E402,F401  (before mpi4py starts MPI: see collectives/__init__)
+from mpi4py import MPI  # noqa: E402
 from torch_groups import have_ringzero_backend, init_groups  # noqa: E402
 
 MODES = ("ddp", "fsdp2")
 MODELS = ("mlp", "transformer")
+BACKENDS = ("ringzero", "gloo", "free")  # free: no communication at all (the ceiling; see above)
 
 
 def build_model(kind: str, a, seed: int = 0):
@@ -75,22 +97,72 @@ def build_model(kind: str, a, seed: int = 0):
     return model, batch
 
 
-def wrap(model, mode: str, group):
-    """DDP, or FSDP2 with every top-level layer that has parameters sharded on its own."""
+def free_hook(state, bucket):
+    """DDP comm hook of the ``free`` configuration: no communication, the bucket back as it is."""
+    import torch
+
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+class FreeAllGather:
+    """FSDP2's all-gather with no communication (``free``): the own shard, which
+    FSDP2 has already copied into its slot of ``output_tensor``, copied into every
+    other slot as well, so the gathered parameters are finite (the bytes a
+    zero-time network would still have written; the other ranks' weights are
+    not these, so free FSDP2 trains other weights than Gloo from the first step)."""
+
+    def allocate(self, size, *, dtype, device):
+        import torch
+
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        n, r = group.size(), group.rank()
+        slots = output_tensor.view(n, -1)
+        for i in range(n):
+            if i != r:
+                slots[i].copy_(input_tensor)
+        return None  # done: FSDP2 waits on nothing
+
+
+class FreeReduceScatter(FreeAllGather):
+    """FSDP2's reduce-scatter with no communication (``free``): this rank's slice of
+    the unsharded gradients copied to the output, unreduced."""
+
+    def __call__(self, output_tensor, input_tensor, group, op=None, async_op=False):
+        output_tensor.copy_(input_tensor.view(group.size(), -1)[group.rank()])
+        return None
+
+
+def wrap(model, mode: str, group, free: bool = False):
+    """DDP, or FSDP2 with every top-level layer that has parameters sharded on its own.
+
+    Args:
+      free: no communication in training (the ``free`` configuration): ``group``
+        is then used only where the wrapper is built (DDP's initial broadcast).
+    """
     import torch.distributed as dist
 
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        return DDP(model, process_group=group)
+        ddp = DDP(model, process_group=group)
+        if free:
+            ddp.register_comm_hook(None, free_hook)
+        return ddp
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, "cpu")
-    for layer in model:
-        if any(True for _ in layer.parameters()):
-            fully_shard(layer, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
+    sharded = [fully_shard(layer, mesh=mesh) for layer in model if any(True for _ in layer.parameters())]
+    root = fully_shard(model, mesh=mesh)
+    if free:
+        for m in sharded + [root]:
+            m.set_custom_all_gather(FreeAllGather())
+            m.set_custom_reduce_scatter(FreeReduceScatter())
+    return root
 
 
 class Config:
@@ -102,7 +174,7 @@ class Config:
         self.kind, self.mode, self.backend = kind, mode, backend
         model, batch = build_model(kind, a)
         self.params = sum(p.numel() for p in model.parameters())
-        self.model = wrap(model, mode, group)
+        self.model = wrap(model, mode, group, free=backend == "free")
         self.opt = torch.optim.SGD(self.model.parameters(), lr=a.lr, momentum=0.9)
         self.x, self.y = batch(rank)
         self.losses: list[float] = []
@@ -126,9 +198,9 @@ def plot_ddp(records: list[dict], path: str, title: str) -> None:
 
     from plot import COLORS  # bench/plot.py: the benchmark's colours (ringzero is our ring's)
 
-    colors = {"ringzero": COLORS["ring"], "gloo": COLORS["gloo"]}
+    colors = {"ringzero": COLORS["ring"], "gloo": COLORS["gloo"], "free": "#b0b0b0"}
     groups = sorted({(r["model"], r["mode"]) for r in records}, key=lambda g: (MODELS.index(g[0]), g[1]))
-    backends = [b for b in ("ringzero", "gloo") if any(r["backend"] == b for r in records)]
+    backends = [b for b in BACKENDS if any(r["backend"] == b for r in records)]
     w = 0.8 / len(backends)
     fig, ax = plt.subplots(figsize=(max(5, 2.2 * len(groups)), 4), dpi=100)
     for j, b in enumerate(backends):
@@ -141,11 +213,13 @@ def plot_ddp(records: list[dict], path: str, title: str) -> None:
                 if r.get("ratio_vs_gloo"):
                     ax.annotate(f"{r['ratio_vs_gloo']:.2f}x", (xs[-1], ys[-1]), ha="center", va="bottom",
                                 fontsize=8)
-        ax.bar(xs, ys, w, color=colors[b], label=b)
+        ax.bar(xs, ys, w, color=colors[b], label="free (no communication)" if b == "free" else b)
     ax.set_xticks(range(len(groups)), [f"{m}\n{mode}" for m, mode in groups])
     ax.set_ylabel("training steps / s")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    top = max((r["steps_per_s"] for r in records), default=1.0)
+    ax.set_ylim(0, top * 1.3)  # room for the legend above the bars
+    ax.legend(fontsize=8, ncol=len(backends), loc="upper center")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -155,8 +229,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="mlp", help=f"comma list of {', '.join(MODELS)}")
     p.add_argument("--mode", default="ddp,fsdp2", help=f"comma list of {', '.join(MODES)}")
-    p.add_argument("--backend", default="ringzero,gloo",
-                   help="comma list of ringzero, gloo (ringzero is left out, and said so, where it is missing)")
+    p.add_argument("--backend", default=",".join(BACKENDS),
+                   help="comma list of ringzero, gloo, free (free: no communication, the ceiling; ringzero is "
+                        "left out, and said so, where it is missing)")
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     p.add_argument("--steps", type=int, default=5, help="optimizer steps per turn")
     p.add_argument("--rounds", type=int, default=5, help="turns per configuration; the median is reported")
@@ -175,7 +250,7 @@ def main(argv=None) -> int:
     modes = [m for m in a.mode.split(",") if m]
     backends = [b for b in a.backend.split(",") if b]
     for name, got, known in (("--model", kinds, MODELS), ("--mode", modes, MODES),
-                             ("--backend", backends, ("ringzero", "gloo"))):
+                             ("--backend", backends, BACKENDS)):
         bad = [x for x in got if x not in known]
         if bad or not got:
             p.error(f"{name} {','.join(bad) or '(empty)'}: choose from {', '.join(known)}")
@@ -192,14 +267,16 @@ def main(argv=None) -> int:
     notes = []
     if "ringzero" in backends and not have_ringzero_backend():
         backends.remove("ringzero")
-        notes.append("ringzero backend not in this checkout (collectives/torch_backend.py): Gloo only")
+        notes.append("ringzero backend not in this checkout (collectives/torch_backend.py): no ringzero rows")
         if not backends:
-            p.error("nothing to run: the ringzero backend is missing and --backend has no gloo")
+            p.error("nothing to run: the ringzero backend is missing and --backend has no gloo or free")
     groups = init_groups(world, ringzero="ringzero" in backends)
     import torch
     import torch.distributed as dist
 
-    configs = [Config(k, m, b, groups[b], a, rank) for k in kinds for m in modes for b in backends]
+    # free builds its wrapper over the Gloo group (DDP's initial broadcast) and never communicates after
+    configs = [Config(k, m, b, groups["gloo" if b == "free" else b], a, rank)
+               for k in kinds for m in modes for b in backends]
     say(f"# ringzero DDP/FSDP2 benchmark: {n} ranks, per-rank batch {a.batch}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} intra-op thread(s) per rank, SGD momentum 0.9, float32")
     for note in notes:
@@ -207,42 +284,63 @@ def main(argv=None) -> int:
     for k in kinds:
         say(f"# {k}: {next(c.params for c in configs if c.kind == k):,} parameters")
     say(f"# warmup {a.warmup} steps, then {a.rounds} rounds of {a.steps} steps, configurations taking turns;"
-        f" time = median over rounds of (slowest rank's mean step); vs gloo = paired ratio, median over rounds")
+        f" time = median over rounds of (slowest rank's mean step); vs gloo = paired ratio, median over rounds;"
+        f" cpu = CPU time of the busiest rank's process (all its threads) per step, median over rounds: on a"
+        f" loaded node it moves less than the step time")
+    if "free" in backends:
+        say("# free = the same wrapper with no communication (DDP: a comm hook returning the bucket untouched;"
+            " FSDP2: custom all-gather/reduce-scatter that only copy the own shard locally): the ceiling."
+            " ceiling = gloo/free, share = (gloo - ringzero)/(gloo - free), both paired per round, median;"
+            " free trains on unreduced gradients, so it has no loss diff")
     for c in configs:
         for _ in range(a.warmup):
             c.step()
     times: dict[int, list[float]] = {i: [] for i in range(len(configs))}
+    cpu: dict[int, list[float]] = {i: [] for i in range(len(configs))}  # the process's CPU time, all threads
     order = list(range(len(configs)))
     for rnd in range(a.rounds):
         for i in order[rnd % len(order):] + order[:rnd % len(order)]:
             world.Barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(a.steps):
                 configs[i].step()
-            times[i].append(world.allreduce((time.perf_counter() - t0) / a.steps, op=MPI.MAX))
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
+            times[i].append(world.allreduce(dt / a.steps, op=MPI.MAX))
+            cpu[i].append(world.allreduce(dc / a.steps, op=MPI.MAX))
     records = []
     for i, c in enumerate(configs):
         dt = float(np.median(times[i]))
         records.append(dict(model=c.kind, mode=c.mode, backend=c.backend, params=c.params, ranks=n,
                             batch=a.batch, step_ms=dt * 1e3, steps_per_s=1 / dt,
-                            rounds_ms=[t * 1e3 for t in times[i]], losses=c.losses))
+                            rounds_ms=[t * 1e3 for t in times[i]], cpu_ms=float(np.median(cpu[i])) * 1e3,
+                            losses=c.losses))
     index = {(c.kind, c.mode, c.backend): i for i, c in enumerate(configs)}
     for i, r in enumerate(records):
         twin = index.get((r["model"], r["mode"], "gloo"))
-        if r["backend"] != "gloo" and twin is not None:
-            r["ratio_vs_gloo"] = float(np.median([g / t for g, t in zip(times[twin], times[i])]))
-            ref = np.array(configs[twin].losses)
-            diff = np.abs(np.array(r["losses"]) - ref) / np.maximum(np.abs(ref), 1e-30)
-            r["loss_rel_diff_vs_gloo"] = float(np.max(diff))
+        if r["backend"] == "gloo" or twin is None:
+            continue
+        r["ratio_vs_gloo"] = float(np.median([g / t for g, t in zip(times[twin], times[i])]))
+        if r["backend"] != "ringzero":
+            continue  # free: unreduced gradients, so no loss comparison
+        ref = np.array(configs[twin].losses)
+        diff = np.abs(np.array(r["losses"]) - ref) / np.maximum(np.abs(ref), 1e-30)
+        r["loss_rel_diff_vs_gloo"] = float(np.max(diff))
+        free = index.get((r["model"], r["mode"], "free"))
+        if free is not None:
+            r["ceiling_vs_gloo"] = float(np.median([g / f for g, f in zip(times[twin], times[free])]))
+            r["gain_share"] = float(np.median([(g - t) / (g - f) if g != f else float("nan")
+                                               for g, t, f in zip(times[twin], times[i], times[free])]))
     say()
-    say(f"{'model':>12} {'mode':>6} {'backend':>9} {'params':>11} {'step(ms)':>9} {'steps/s':>8} "
-        f"{'vs gloo':>8} {'loss diff':>9}")
+    say(f"{'model':>12} {'mode':>6} {'backend':>9} {'params':>11} {'step(ms)':>9} {'cpu(ms)':>8} {'steps/s':>8} "
+        f"{'vs gloo':>8} {'ceiling':>8} {'share':>6} {'loss diff':>9}")
     for r in records:
         ratio = f"{r['ratio_vs_gloo']:.2f}x" if "ratio_vs_gloo" in r else "-"
+        ceiling = f"{r['ceiling_vs_gloo']:.2f}x" if "ceiling_vs_gloo" in r else "-"
+        share = f"{100 * r['gain_share']:.0f}%" if "gain_share" in r else "-"
         diff = f"{r['loss_rel_diff_vs_gloo']:.1e}" if "loss_rel_diff_vs_gloo" in r else "-"
         say(f"{r['model']:>12} {r['mode']:>6} {r['backend']:>9} {r['params']:>11,} {r['step_ms']:>9.2f} "
-            f"{r['steps_per_s']:>8.2f} {ratio:>8} {diff:>9}")
-    title = f"training steps/s, {n} ranks, per-rank batch {a.batch}" + (" (Gloo only)" if notes else "")
+            f"{r['cpu_ms']:>8.2f} {r['steps_per_s']:>8.2f} {ratio:>8} {ceiling:>8} {share:>6} {diff:>9}")
+    title = f"training steps/s, {n} ranks, per-rank batch {a.batch}" + (" (no ringzero)" if notes else "")
     if rank == 0 and a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:

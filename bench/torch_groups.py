@@ -99,3 +99,32 @@ def have_ringzero_backend() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("collectives.torch_backend") is not None
+
+
+def noop_group(rank: int, size: int):
+    """A torch ProcessGroup whose collectives do nothing and return None ("finished").
+
+    ``dist.all_reduce(t, group=noop_group(r, n))`` costs what torch's own API costs
+    (argument checks, options, dispatch to the group's method), which every backend
+    pays: the floor under the ringzero group's per-call overhead (bench/collectives.py
+    --algorithm torch measures it beside the real call).
+    """
+    import torch.distributed as dist
+
+    class NoopGroup(dist.ProcessGroup):
+        def allreduce(self, tensors, opts=None):
+            return None
+
+        def all_gather_single(self, output, input, opts=None):
+            return None
+
+        def reduce_scatter_single(self, output, input, opts=None):
+            return None
+
+        def broadcast(self, tensors, opts=None):
+            return None
+
+        _allgather_base = all_gather_single
+        _reduce_scatter_base = reduce_scatter_single
+
+    return NoopGroup(rank, size)

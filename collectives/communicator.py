@@ -100,8 +100,8 @@ class Communicator(Dispatcher):
         self._host_ctx = Context(transport, NUMPY_KERNELS, "", self.timeout, self.chunk_bytes,
                                  self._host_scratch, tracer, self._cache, self.window)
         self._symmetric = None  # the node's symmetric heap (collectives/symmetric), made by the first alloc()
-        if os.environ.get("COLLECTIVES_STAGE") == "1":  # ordinary host arrays staged through it too
-            from .symmetric import staged
+        if os.environ.get("COLLECTIVES_STAGE") != "0" and getattr(transport, "comm", None) is not None:
+            from .symmetric import staged  # ordinary host arrays staged through it where that wins
             self._symmetric = staged(self)
 
     # ------------------------------------------------------------------ API

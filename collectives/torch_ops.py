@@ -12,6 +12,23 @@ from .errors import CollectiveError
 
 _OPS = {ReduceOp.SUM: "sum", ReduceOp.AVG: "avg", ReduceOp.PRODUCT: "prod",
         ReduceOp.MIN: "min", ReduceOp.MAX: "max"}
+# Keyed by the enum's integer: hashing a pybind enum costs ~1.5 us, its .value ~0.2 us.
+OP_NAMES = {kind.value: name for kind, name in _OPS.items()}
+
+
+def _hash_is_kind() -> bool:
+    """Whether ``hash(ReduceOp)`` is its kind's integer (torch 2.x defines it so): then
+    ``op_name`` takes 0.1 us instead of 1.2 us (``opts.reduceOp.op.value``)."""
+    return all(hash(ReduceOp(kind)) == kind.value for kind in _OPS)
+
+
+_HASH_IS_KIND = _hash_is_kind()
+
+
+def op_name(op) -> str | None:
+    """The Communicator's name for a plain ReduceOp (SUM, AVG, PRODUCT, MIN, MAX); None for
+    PREMUL_SUM and unsupported ops (which :func:`reduce_op` handles, or names in its error)."""
+    return OP_NAMES.get(hash(op) if _HASH_IS_KIND else op.op.value)
 
 
 def reduce_op(op, what: str) -> tuple[str, float | None]:
@@ -22,7 +39,7 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
       what: the collective, for the error message.
     """
     kind = op.op if type(op) is ReduceOp else op
-    name = _OPS.get(kind)
+    name = OP_NAMES.get(kind.value)
     if name is not None:
         return name, None
     if kind == ReduceOp.PREMUL_SUM:
@@ -34,6 +51,17 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
         return "sum", float(factor)
     raise ValueError(f"{what}: reduce op {kind} is not supported by the ringzero backend "
                      f"(supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
+
+
+def _succeeded(done: bool, result) -> bool:
+    """Work.is_success(): whether ``result()`` returns rather than raises; asked before the end, an error."""
+    if not done:
+        raise RuntimeError("is_success() before the collective finished")
+    try:
+        result()
+    except BaseException:  # noqa: BLE001  the error is what is asked about
+        return False
+    return True
 
 
 class FutureWork(dist.Work):
@@ -62,13 +90,7 @@ class FutureWork(dist.Work):
         return self._fut.done()
 
     def is_success(self) -> bool:
-        if not self._fut.done():
-            raise RuntimeError("is_success() before the collective finished")
-        try:
-            self._fut.value()
-        except Exception:  # noqa: BLE001  the error is what is asked about
-            return False
-        return True
+        return _succeeded(self._fut.done(), self._fut.value)
 
 
 class OneWork(dist.Work):
@@ -114,13 +136,7 @@ class OneWork(dist.Work):
         return self._work.is_completed()
 
     def is_success(self) -> bool:
-        if not self._work.is_completed():
-            raise RuntimeError("is_success() before the collective finished")
-        try:
-            self._work.result()
-        except BaseException:  # noqa: BLE001  the error is what is asked about
-            return False
-        return True
+        return _succeeded(self._work.is_completed(), self._work.result)
 
 
 class DoneWork(dist.Work):

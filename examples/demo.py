@@ -6,10 +6,10 @@ import os
 import sys
 
 import numpy as np
-from mpi4py import MPI
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from collectives import Communicator  # noqa: E402
+from collectives import Communicator  # noqa: E402  (before mpi4py: see collectives/__init__)
+from mpi4py import MPI  # noqa: E402
 
 world = MPI.COMM_WORLD
 n, rank = world.size, world.rank

@@ -28,8 +28,9 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
     for r in recs:
         assert set(r) >= {"op", "algorithm", "dtype", "bytes", "ranks", "time_us", "algbw", "busbw", "wrong"}
         assert r["wrong"] == 0 and r["ranks"] == 2, r
-        assert r["buffers"] == "numpy" and r["stage"] is False  # ordinary arrays: the ring, not direct reads
-        assert r.get("path") == {"ring": "ring", "mpi": "mpi"}.get(r["algorithm"]), r
+        # ordinary arrays on two ranks: staged by default (every size here is within the limits)
+        assert r["buffers"] == "numpy" and r["stage"] is True
+        assert r.get("path") == {"ring": "direct", "mpi": "mpi"}.get(r["algorithm"]), r
         assert abs(r["algbw"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) < 1e-9 * max(1, r["algbw"])
         factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(r["op"], 0.5)  # 2(n-1)/n, 1 and (n-1)/n at n = 2
         assert abs(r["busbw"] - r["algbw"] * factor) < 1e-12 + 1e-9 * r["busbw"]
@@ -47,8 +48,13 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
             ring = next(q for q in recs if (q["op"], q["bytes"], q["algorithm"]) == (r["op"], r["bytes"], "ring"))
             diff = statistics.median(t - g for t, g in zip(r["rounds_us"], ring["rounds_us"]))
             assert abs(r["overhead_vs_ring_us"] - diff) < 1e-6
+            # torch's own share (the same call on a group that does nothing), and the group's rest
+            assert (r["op"] == "broadcast") == ("torch_api_us" not in r), r
+            if "torch_api_us" in r:
+                assert 0 < r["torch_api_us"] < r["time_us"]
+                assert abs(r["overhead_ours_us"] - (r["overhead_vs_ring_us"] - r["torch_api_us"])) < 1e-9
         else:
-            assert "overhead_vs_ring_us" not in r
+            assert "overhead_vs_ring_us" not in r and "torch_api_us" not in r
     # the printed table says the same: one row per record, #wrong 0, a ratio against each other baseline
     rows = _table(p.stdout)
     assert len(rows) == len(recs)
@@ -58,6 +64,7 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
         assert (vs_mpi == "-") == (row[5] == "mpi") and (vs_gloo == "-") == (row[5] == "gloo"), row
         assert all(c == "-" or c.endswith("x") for c in (vs_mpi, vs_gloo))
         assert (over == "-") == (row[5] != "torch"), row
+        assert (row[13] == "-") == (row[5] != "torch" or row[0] == "broadcast"), row
         assert over == "-" or abs(float(over)) < 1e9
 
 
@@ -127,7 +134,7 @@ def test_bench_symmetric_buffers_take_the_direct_path(tmp_path):
     assert {(r["op"], r["algorithm"]) for r in recs} == {(op, a) for op in ops for a in ("ring", "mpi", "gloo")}
     assert sorted({r["bytes"] for r in recs}) == [1024, 32768, 1048576]  # one-phase and two-phase all-reduce
     for r in recs:
-        assert r["wrong"] == 0 and r["buffers"] == "symmetric" and r["stage"] is False, r
+        assert r["wrong"] == 0 and r["buffers"] == "symmetric" and r["stage"] is True, r  # the default, 2 ranks
         assert r.get("path") == {"ring": "direct", "mpi": "mpi"}.get(r["algorithm"]), r
     assert "# ring path (symmetric buffers): direct reads in 12 of 12 cases" in p.stdout
     assert "# out of bounds values : 0 OK" in p.stdout

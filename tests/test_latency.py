@@ -4,8 +4,8 @@
   only when it is next in line, so call order holds.
 - Blocking host calls reuse one Context per communicator (Context.renew):
   a timeout or tracer set on the communicator between calls still applies.
-- The torch group's one-tensor lanes (blocking: DoneWork; async: a future
-  completed from the Work) give numpy's answers exactly and the Work torch expects.
+- The torch group's one-tensor lanes (blocking: None, torch's "finished
+  already", with errors raised at once; async: a future completed from the Work) give numpy's answers exactly and the Work torch expects.
 """
 from __future__ import annotations
 
@@ -94,29 +94,42 @@ def test_torch_group_one_tensor_lanes_blocking_and_async(world):
         for a in (False, True):
             t = torch.arange(n, dtype=torch.float32) + c.rank
             w = pg.allreduce([t], opts(AllreduceOptions, a))
-            out[("ar", a, "done")] = isinstance(w, DoneWork) and w.is_completed() if not a else None
-            out[("ar", a, "wait")] = w.wait() and w.wait()  # torch may wait more than once
-            out[("ar", a, "value")] = w.get_future().value()[0] is t
+            if a:
+                out[("ar", a, "wait")] = w.wait() and w.wait()  # torch may wait more than once
+                out[("ar", a, "value")] = w.get_future().value()[0] is t
+            else:
+                out[("ar", a, "none")] = w is None  # finished already: torch's dist.* skip wait()
             out[("ar", a)] = t.numpy().copy()
             x = torch.arange(n, dtype=torch.float64) * (c.rank + 1)
             o = torch.empty(n // world, dtype=torch.float64)
             w = pg.reduce_scatter_single(o, x, opts(ReduceScatterOptions, a))
-            fut = w.get_future()  # asked for before it finished: the progress thread completes it
-            out[("rs", a, "value")] = fut.wait()[0] is o and w.is_completed() and w.is_success()
+            if a:
+                fut = w.get_future()  # asked for before it finished: the progress thread completes it
+                out[("rs", a, "value")] = fut.wait()[0] is o and w.is_completed() and w.is_success()
+            else:
+                out[("rs", a, "value")] = w is None
             out[("rs", a)] = o.numpy().copy()
             piece = torch.full((3,), c.rank, dtype=torch.int64)
             g = torch.empty(3 * world, dtype=torch.int64)
             w = pg.all_gather_single(g, piece, opts(AllgatherOptions, a))
-            w.wait()
+            if a:
+                w.wait()
+            else:
+                out[("ag", a, "none")] = w is None
             out[("ag", a)] = g.numpy().copy()
+        w = pg.allreduce([torch.ones(4, dtype=torch.float64)], opts(AllreduceOptions, False))
+        out["one_tensor_done"] = w is None
+        w = pg.allreduce([torch.ones(2), torch.ones(3)], opts(AllreduceOptions, False))  # two tensors: _start
+        out["two_tensors_done"] = isinstance(w, DoneWork) and w.is_completed() and w.wait()
         c.close()
-        w = pg.allreduce([torch.ones(4)], opts(AllreduceOptions, False))  # a closed communicator
-        out["closed_done"] = w.is_completed() and not w.is_success()
-        try:
-            w.wait()
-            out["closed_raises"] = False
-        except RuntimeError as e:
-            out["closed_raises"] = "closed" in str(e)
+        for what, call in (("blocking", False), ("async", True)):  # a closed communicator
+            try:
+                w = pg.allreduce([torch.ones(4)], opts(AllreduceOptions, call))
+                if w is not None:
+                    w.wait()
+                out[("closed_raises", what)] = False
+            except RuntimeError as e:
+                out[("closed_raises", what)] = "closed" in str(e)
         return out
 
     got = simulate(world, fn)
@@ -129,9 +142,11 @@ def test_torch_group_one_tensor_lanes_blocking_and_async(world):
             np.testing.assert_array_equal(out[("rs", a)], rs[r * (n // world):(r + 1) * (n // world)])
             assert out[("rs", a, "value")], "the future's value is the output tensor, without wait()"
             np.testing.assert_array_equal(out[("ag", a)], ag)
-            assert out[("ar", a, "wait")] is True and out[("ar", a, "value")]
-        assert out[("ar", False, "done")], "a blocking call returns a completed DoneWork"
-        assert out["closed_done"] and out["closed_raises"]
+        assert out[("ar", True, "wait")] is True and out[("ar", True, "value")]
+        assert out[("ar", False, "none")] and out[("ag", False, "none")], "a blocking call returns None"
+        assert out["one_tensor_done"] and out["two_tensors_done"]
+        assert out[("closed_raises", "blocking")], "a blocking call raises the error itself"
+        assert out[("closed_raises", "async")], "an async call's wait() raises it"
 
 
 def test_a_tensor_changed_in_place_between_calls_is_adapted_afresh():

@@ -79,3 +79,53 @@ def test_staged_ordinary_arrays_take_the_direct_path():
         for res in _results(subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT), n):
             assert res["nfail"] == 0, (script, res["failures"])
             assert res.get("stage", True)
+
+
+@pytest.mark.parametrize("n,node_size", [(2, None), (3, None), (2, "1")])
+def test_default_staging_limits_both_sides_and_the_switch(n, node_size):
+    """Staging by default (COLLECTIVES_STAGE unset): on two ranks each collective is
+    staged up to its limit and takes the ring just above it (traced: direct reads,
+    then ring phases; exact, with a heap array on one rank too); =0 takes the ring
+    and =1 stages at every size; the control window is all that construction adds
+    and the stage window stays within twice the largest limit; with =0, a heap array
+    against an ordinary one times out on both sides, naming the peer. Three ranks: no
+    default staging (nothing measured there), nor two ranks as two nodes."""
+    env = dict(mpi_env(), OMPI_MCA_osc="^ucx")
+    env.pop("COLLECTIVES_STAGE", None)
+    env.pop("COLLECTIVES_NODE_SIZE", None)
+    if node_size:
+        env["COLLECTIVES_NODE_SIZE"] = node_size
+    cmd = mpirun_cmd(n) + [sys.executable, str(MPI_SCRIPTS / "symmetric_check.py"), "defaults"]
+    res = _results(subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env, cwd=ROOT), n)
+    for r in res:
+        assert r["nfail"] == 0, r["failures"]
+        staged = n == 2 and not node_size
+        assert r["stage"] is staged, r
+        if staged:
+            assert r["cases"] == 33 and r["memory_at_start"] <= 4096, r
+            assert 0 < r["stage_window"] <= 4 << 20, r
+            assert r["split_seconds"] < 3, r  # COLLECTIVES_STAGE=0, heap vs ordinary: the deadline, no hang
+
+
+def test_default_staging_stays_off_when_mpi_started_first_with_ucx_osc_in():
+    """mpi4py.MPI imported before collectives, OMPI_MCA_osc unset: MPI runs with Open MPI's UCX
+    one-sided component in, so the default staging (a shared window at construction) stays
+    off on every rank; the user's own OMPI_MCA_osc lets it on again."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, mpi_env, mpirun_cmd
+
+    script = str(ROOT / "tests" / "mpi" / "stage_import_order.py")
+    for osc, staged in ((None, False), ("^ucx", True)):
+        env = mpi_env()
+        env.pop("OMPI_MCA_osc", None)
+        env.pop("COLLECTIVES_STAGE", None)
+        if osc is not None:
+            env["OMPI_MCA_osc"] = osc
+        p = subprocess.run(mpirun_cmd(2) + [sys.executable, script], capture_output=True, text=True,
+                           timeout=120, env=env, cwd=ROOT)
+        assert p.returncode == 0, p.stderr[-3000:]
+        lines = sorted(line for line in p.stdout.splitlines() if line.startswith("rank "))
+        assert lines == [f"rank {r} maybe_on={osc is None} staged={staged} exact=True" for r in range(2)], \
+            (osc, p.stdout[-2000:])

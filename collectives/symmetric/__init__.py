@@ -10,35 +10,85 @@ heap on every rank takes the direct path. Pieces:
 - signals.py: one control slot per rank: sequence-number flags with
   deadlines, and the header agreement, checked before any data is read.
 - direct.py: reduce-scatter, all-gather, all-reduce, broadcast, barrier
-  within a node.
+  within a node; stage.py: ordinary host arrays copied into a stage window
+  (by default on two ranks of a node, see ``staged``); by_ring.py: staged
+  calls past their size limit run the ring.
 - hier.py: several nodes: direct within each node, the ring between them.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
+from mpi4py import MPI
 
 from .direct import Direct
 from .heap import Heap, node_comm
 from .signals import Signals
 
-# staged inputs larger than this take the ring after the header check (see Direct._by_ring)
-STAGE_RING_ABOVE = 512 * 1024
+# Staging ordinary host arrays by default (COLLECTIVES_STAGE unset): where a staged
+# call beat the ring, per collective, on two ranks of one node (paired in one
+# launch, docs/symmetric.md "Staging by default"). A staged call whose agreed
+# input (an all-gather's: the largest piece) is larger takes the ring after the
+# header check in shared memory (Direct._by_ring). Nothing was measured at other
+# node sizes (the machine has two cores): there the default is the ring.
+# Staged, each rank copies its input once more than the ring's single-copy
+# transfers: an all-gather (three copies of a piece against two) loses from
+# 1 MiB, a one-phase all-reduce from 2 MiB; reduce-scatters (half the input
+# copied) and broadcasts won at every size measured, but the stage window is
+# twice the largest staged input on every rank, so they stop at 2 MiB (a 4 MiB
+# window), past which the win was small (0.83-0.99x the ring's time).
+STAGE_MAX_BYTES = {"all_reduce": 1 << 20, "reduce_scatter": 2 << 20, "all_gather": 512 << 10,
+                   "broadcast": 2 << 20}
+STAGE_RANKS = 2  # the node size the table was measured at
 
-__all__ = ["Symmetric", "Heap", "Direct", "Signals", "node_comm", "staged"]
+__all__ = ["Symmetric", "Heap", "Direct", "Signals", "node_comm", "staged", "stage_mode", "STAGE_MAX_BYTES"]
+
+_no_stage = [0]  # >0 while the hierarchy builds its rail communicator (the ring between nodes)
+
+
+def stage_mode() -> str:
+    """``COLLECTIVES_STAGE``: "0" never stage, "1" stage every ordinary host array
+    at every size (for tests and measurements), anything else (unset) "auto":
+    stage where it was measured to win (``STAGE_MAX_BYTES``)."""
+    v = os.environ.get("COLLECTIVES_STAGE", "")
+    return v if v in ("0", "1") else "auto"
 
 
 def staged(comm):
-    """``COLLECTIVES_STAGE=1``: a Symmetric made with the communicator that stages
-    ordinary host arrays through symmetric scratch (one copy in), so every host
-    collective takes the direct path; None where that cannot apply (a baseline
-    algorithm, a non-MPI transport). Every rank must set it alike."""
-    if comm.algorithm != "ring" or getattr(comm.transport, "comm", None) is None:
+    """A Symmetric that stages ordinary host arrays through symmetric scratch (one
+    copy in) for ``comm``, so they take the direct path; None where staging is off
+    (``COLLECTIVES_STAGE=0``, a baseline algorithm, a non-MPI transport, a rail
+    between nodes) or, by default, not measured to win (a node of other than
+    STAGE_RANKS ranks, several nodes). Every rank decides alike: the mode comes
+    from the environment (set it alike everywhere), the sizes from the world and
+    node communicators. Costs one node split and a control window now; the stage
+    window is made by the first staged call and grows with the sizes staged."""
+    mode = stage_mode()
+    world = getattr(comm.transport, "comm", None)
+    if mode == "0" or comm.algorithm != "ring" or world is None or _no_stage[0]:
         return None
-    sym = Symmetric(comm)
+    if mode == "auto" and world.Get_size() != STAGE_RANKS:
+        return None  # decided before any collective call: nothing made, nothing spent
+    if mode == "auto" and not _ucx_osc_out(world):
+        return None  # MPI was started with Open MPI's UCX one-sided component in (see collectives/__init__)
+    node = node_comm(world)
+    if mode == "auto" and node.Get_size() != world.Get_size():
+        node.Free()  # several nodes: the ring (forced staging goes through hier.py)
+        return None
+    sym = Symmetric(comm, node=node)
     sym.stage = True
-    if sym.single_node:
-        sym.direct.ring_above = STAGE_RING_ABOVE
+    if mode == "auto":
+        sym.direct.stage_max = STAGE_MAX_BYTES
     return sym
+
+
+def _ucx_osc_out(world) -> bool:
+    """Whether every rank started MPI with Open MPI's UCX one-sided component left out (or
+    may have: not Open MPI's concern, or the user chose); agreed, so every rank decides alike."""
+    from .. import UCX_OSC_MAYBE_ON
+
+    return bool(world.allreduce(0 if UCX_OSC_MAYBE_ON else 1, op=MPI.MIN))
 
 
 class Symmetric:
@@ -48,16 +98,17 @@ class Symmetric:
       comm: the owning Communicator (its MPI transport gives the ranks).
       direct: take the direct path for heap buffers (False for the baselines,
         which get heap arrays from ``alloc`` but run their own collectives).
+      node: the node communicator when the caller has split it already.
     """
 
-    def __init__(self, comm, direct: bool = True):
+    def __init__(self, comm, direct: bool = True, node=None):
         transport = comm.transport
         world = getattr(transport, "comm", None)
         if world is None:
             raise TypeError(f"alloc needs an MPI communicator (a symmetric heap is an MPI shared-memory "
                             f"window); this one runs over {type(transport).__name__}")
         self.rank = world.Get_rank()
-        node = node_comm(world)
+        node = node if node is not None else node_comm(world)
         self.heap = Heap(node)
         ranks = node.allgather(self.rank)
         self.signals = Signals(self.heap, ranks, getattr(transport, "oversubscribed", False))

@@ -2,8 +2,9 @@
 
 A staged input (an ordinary host array copied into the stage window) costs one
 copy more than the ring's single-copy transfers; from about a megabyte that copy
-costs more than the direct reads save, so past ``ring_above`` the direct path
-checks the headers in shared memory and hands the data to the ring.
+costs more than the direct reads save, so past ``stage_max[kind]`` the direct
+path checks the headers in shared memory and hands the data to the ring
+(only on one node: node ranks are world ranks there).
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def by_ring(self, ctx, base, kind, x, out, counts, op):
     """A large staged call: the ring over MPI point-to-point (collectives/ring.py)
     once the headers agree here (its own agreement is skipped). Staging copies
     every input once more than the ring's single-copy transfers move, which
-    from about a megabyte costs more than the direct reads save."""
+    from about a megabyte costs more than the direct reads save. ``counts`` is
+    the root for a broadcast."""
     from .. import ring
     xf = _flat(x)
     of = xf if out is x else _flat(out)
@@ -30,6 +32,10 @@ def by_ring(self, ctx, base, kind, x, out, counts, op):
         if np.shares_memory(xf, of):  # the ring's reduce-scatter may not write into its input
             xf = xf.copy()
         ring.reduce_scatter(ctx, xf, of, list(counts), f)
+    elif kind == "broadcast":
+        if ctx.rank == counts and of is not xf:
+            np.copyto(of, xf)
+        ring.broadcast(ctx, of, counts)
     else:
         ring.all_gather(ctx, xf, of, list(counts))
     if op == "avg":

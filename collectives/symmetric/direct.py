@@ -18,10 +18,12 @@ returning, every rank waits until every peer says it is done reading (the
 caller may overwrite its buffers as soon as we return), unless peers read
 only its stage copy (see _finish).
 
-Ordinary arrays are staged (``COLLECTIVES_STAGE=1``): copied into one half
-of a symmetric stage window, the halves alternating by call; above
-``ring_above`` bytes a staged call takes the ring over MPI after the header
-check instead (``_by_ring``).
+Ordinary arrays are staged (by default on two ranks of one node, see
+symmetric/__init__.py): copied into one half of a symmetric stage window, the
+halves alternating by call, only the bytes peers read (a reduce-scatter's own
+segment is read in place, so it is not copied); above ``stage_max[kind]``
+bytes a staged call takes the ring over MPI after the header check instead
+(``_by_ring``).
 """
 from __future__ import annotations
 
@@ -29,20 +31,16 @@ import numpy as np
 
 from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
-from ..schedule import offsets
 from .allreduce import AllReduce, _flat
 from .by_ring import by_ring
 from .signals import DONE, INPUT, READY
+from .stage import copy_in, rs_parts
+from .stage import ranges_of as _ranges
 
 CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
 _F32 = np.dtype(np.float32)
 _HALF = frozenset(to_dtype(h) for h in HALF)
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
-def _ranges(counts):
-    """One (offset, count) range per rank: the plain segments."""
-    return tuple(((o, c),) for o, c in zip(offsets(counts), counts))
 
 
 class Direct(AllReduce):
@@ -57,9 +55,10 @@ class Direct(AllReduce):
         self._need_scratch: dict = {}
         self._staged: dict = {}  # locations -> whether some input is staged
         self.staged = False  # this call's
-        # staged calls whose (agreed) input is larger take the ring over MPI after the
-        # header check here (set by Symmetric when it stages, on one node)
-        self.ring_above: int | None = None
+        # per collective: staged calls whose (agreed) input is larger take the ring over
+        # MPI after the header check here (set by staged() by default, on one node;
+        # None stages every size)
+        self.stage_max: dict | None = None
         self.via_ring = False
         self._stage = None
         self._key = None
@@ -79,16 +78,17 @@ class Direct(AllReduce):
         o = (epoch & 1) * (w.nbytes // 2 // 64 * 64)
         return w.peers[q][o:o + nbytes]
 
-    def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None):
+    def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None, kind="all_reduce", parts=None):
         """Post, wait for every header, check; stage inputs that are not in the heap.
         A staged input is copied into the stage window before posting when the
         window is already large enough (then every rank's is: they only ever grow
         together, to agreed sizes, and nobody reads it before the check), else
         after the check, once the window has grown, and announced with INPUT.
+        ``parts``: the (offset, count) ranges of x that peers read (None: all).
         Returns the call's flag base; ``self._key`` names every rank's locations
         for plan caches."""
         sig = self.sig
-        big = root is None and self.ring_above is not None and stage_bytes > self.ring_above
+        big = self.stage_max is not None and stage_bytes > self.stage_max[kind]
         if xloc is not None:  # the hot path: our input is in the heap, nothing of ours to stage
             copy = early = False
             base = sig.post(hdr, xloc, dst, INPUT)
@@ -98,7 +98,7 @@ class Direct(AllReduce):
             # early only when the window will not grow below (the copy would be lost)
             early = copy and not big and self._stage is not None and self._stage.nbytes >= need
             if early:
-                np.copyto(self._staged_view(self.rank, sig.epoch + 1, x.nbytes).view(x.dtype), _flat(x))
+                self._copy_in(sig.epoch + 1, x, parts)
             base = sig.post(hdr, (-1, -1), dst, INPUT if early else READY)
         sig.wait_all(ctx, base + READY, "header posted")
         sig.check(ctx)
@@ -116,7 +116,7 @@ class Direct(AllReduce):
             need = 2 * ((stage_bytes + 63) // 64 * 64)
             self._stage = self.heap.scratch(need, "stage")
             if copy and not early:
-                np.copyto(self._staged_view(self.rank, sig.epoch, x.nbytes).view(x.dtype), _flat(x))
+                self._copy_in(sig.epoch, x, parts)
                 sig.raise_to(base + INPUT)
             key = (key, self._stage.index, sig.epoch & 1)
             if root is None:
@@ -125,6 +125,9 @@ class Direct(AllReduce):
                 sig.wait(ctx, root, base + INPUT, "input staged")
         self._key = key
         return base
+
+    _copy_in = copy_in  # staging (stage.py)
+    _rs_parts = rs_parts
 
     def _cached(self, key, build):
         p = self._plans.get(key)
@@ -188,10 +191,11 @@ class Direct(AllReduce):
         """Node rank r gets segment r, or with ``ranges`` (per node rank, a tuple of
         (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
         dt = x.dtype
-        base = self._start(ctx, hdr, x, xloc, x.nbytes)
+        ckey = tuple(counts) if ranges is None else ranges
+        parts = self._rs_parts(x, out, xloc, counts, ranges, ckey)  # staged: only what peers read
+        base = self._start(ctx, hdr, x, xloc, x.nbytes, kind="reduce_scatter", parts=parts)
         if self.via_ring:
             return self._by_ring(ctx, base, "reduce_scatter", x, out, counts, op)
-        ckey = tuple(counts) if ranges is None else ranges
         wkey = ("rs", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
         work = self._work.get(wkey)
         if work is None or work[0] is not x or work[1] is not out:
@@ -239,7 +243,7 @@ class Direct(AllReduce):
         tuple of (offset in out, count)) each rank's x split over those ranges."""
         dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
-                           max(sum(c for _, c in r) for r in ranges) * dt.itemsize)
+                           max(sum(c for _, c in r) for r in ranges) * dt.itemsize, kind="all_gather")
         if self.via_ring:
             return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
         ckey = tuple(counts) if ranges is None else ranges
@@ -278,7 +282,9 @@ class Direct(AllReduce):
 
     def broadcast(self, ctx, hdr, x, out, root, xloc):
         sig = self.sig
-        base = self._start(ctx, hdr, x, xloc, x.nbytes, root=root)
+        base = self._start(ctx, hdr, x, xloc, x.nbytes, root=root, kind="broadcast")
+        if self.via_ring:
+            return self._by_ring(ctx, base, "broadcast", x, out, root, None)
         if self.rank == root:
             if out is not x:
                 np.copyto(_flat(out), _flat(x))

@@ -45,8 +45,13 @@ class Hierarchy:
         self.sym, self.direct, self.heap = sym, sym.direct, sym.heap
         rail_mpi = world.Split(self.local, me)
         from ..communicator import Communicator  # the ring between nodes, as every caller sees it
-        self.rail = Communicator(rail_mpi, timeout=comm.timeout, chunk_bytes=comm.chunk_bytes,
-                                 small_bytes=comm.small_bytes)
+        from . import _no_stage
+        _no_stage[0] += 1  # the rail runs the ring: it stages nothing (its ranks are on different nodes)
+        try:
+            self.rail = Communicator(rail_mpi, timeout=comm.timeout, chunk_bytes=comm.chunk_bytes,
+                                     small_bytes=comm.small_bytes)
+        finally:
+            _no_stage[0] -= 1
         rail_mpi.Free()
         self._bufs: dict = {}
         self._plans: dict = {}

@@ -5,6 +5,10 @@
   symmetric_check.py mismatch  mismatched calls raise MismatchError on every rank
   symmetric_check.py absent    the last rank never calls: the others raise
                                CollectiveTimeout naming it
+  symmetric_check.py staged    COLLECTIVES_STAGE=1: ordinary arrays staged
+  symmetric_check.py defaults  staging by default: each collective's size limit
+                               from both sides (traced), COLLECTIVES_STAGE=0/1,
+                               construction cost and memory
 Prints one JSON line per rank: {"rank", "cases", "failures", "nfail", ...}.
 Inputs are small integers, so every reduction is exact in any order.
 """
@@ -13,10 +17,10 @@ import os
 import sys
 import time
 
-import numpy as np
-from mpi4py import MPI
+from collectives import Communicator  # before mpi4py starts MPI: it keeps the UCX one-sided component out
 
-from collectives import Communicator
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 from collectives.dtypes import DTYPES, to_dtype
 from collectives.errors import CollectiveTimeout, MismatchError
 
@@ -221,7 +225,7 @@ def staged():
     extra["stage"] = bool(comm._symmetric and comm._symmetric.stage)
     comm.tracer = t = Tracer()
     heap = comm.alloc((200000 * n,), np.float32)
-    for count in (0, 5, 1000, 20000 * n, 200000 * n):  # the last: staged calls that take the ring
+    for count in (0, 5, 1000, 20000 * n, 200000 * n):  # the last: past every default limit, staged here
         for mixed in (False, True):
             x = heap[:count] if mixed and rank == 0 else np.empty(count, np.float32)
             x[:] = data(count, rank, np.float32)
@@ -241,7 +245,7 @@ def staged():
     phases = {e.get("phase") for e in t.data_events()}
     if n > 1 and not any(str(p).startswith("direct") for p in phases):
         failures.append(f"no direct reads traced: phases {phases}")
-    if n > 1 and comm._symmetric.direct.ring_above is not None and not any(
+    if n > 1 and comm._symmetric.direct.stage_max is not None and not any(
             p and not str(p).startswith("direct") for p in phases):
         failures.append(f"large staged calls did not take the ring: phases {phases}")
     extra["phases"] = sorted(map(str, phases))
@@ -288,6 +292,108 @@ def back_to_back(comm):
         cases += 3
 
 
-{"grid": grid, "mismatch": mismatch, "absent": absent, "staged": staged}[mode]()
+def _paths(comm, call, root=None):
+    """Run ``call()`` traced; return the set of paths its data events took (a
+    broadcast's root reads nothing on the direct path: "direct" if it sent nothing)."""
+    from collectives.trace import Tracer
+    comm.tracer = t = Tracer()
+    try:
+        got = call()
+    finally:
+        comm.tracer = None
+    phases = {str(e.get("phase")) for e in t.data_events()}
+    if root == rank and not phases:
+        return got, {"direct"}
+    return got, {"direct" if p.startswith("direct") else "ring" for p in phases}
+
+
+def _communicator(stage, timeout=30.0):
+    """A Communicator made with COLLECTIVES_STAGE=stage (None: unset), timed."""
+    old = os.environ.pop("COLLECTIVES_STAGE", None)
+    if stage is not None:
+        os.environ["COLLECTIVES_STAGE"] = stage
+    try:
+        world.Barrier()
+        t = time.perf_counter()
+        comm = Communicator(timeout=timeout)
+        return comm, time.perf_counter() - t
+    finally:
+        os.environ.pop("COLLECTIVES_STAGE", None)
+        if old is not None:
+            os.environ["COLLECTIVES_STAGE"] = old
+
+
+def defaults():
+    """Staging by default: two ranks of one node stage ordinary arrays up to each
+    collective's limit and take the ring above it (both sides traced, exact, with a
+    heap array on rank 0 too); COLLECTIVES_STAGE=0 never stages, =1 stages every
+    size; other world sizes do not stage by default."""
+    from collectives.symmetric import STAGE_MAX_BYTES, STAGE_RANKS
+    comm, extra["construct_s"] = _communicator(None)
+    sym = comm._symmetric
+    extra["stage"] = bool(sym and sym.stage)
+    if n != STAGE_RANKS or int(os.environ.get("COLLECTIVES_NODE_SIZE") or n) < n:
+        if sym is not None:  # measured on one node of STAGE_RANKS only; several nodes: the ring
+            failures.append(f"{n} ranks (COLLECTIVES_NODE_SIZE={os.environ.get('COLLECTIVES_NODE_SIZE')}): "
+                            f"staged by default, but the limits were measured on one node of {STAGE_RANKS}")
+        comm.close()
+        return
+    if sym is None or sym.direct.stage_max != STAGE_MAX_BYTES:
+        failures.append(f"two ranks: no default staging ({sym})")
+        return
+    extra["memory_at_start"] = comm.memory_bytes()["symmetric"]
+    off, extra["construct_off_s"] = _communicator("0")
+    on, _ = _communicator("1")
+    if off._symmetric is not None or not on._symmetric.stage or on._symmetric.direct.stage_max is not None:
+        failures.append("COLLECTIVES_STAGE=0 staged, or =1 did not stage every size")
+    heap = comm.alloc((1 << 20,), np.float32)
+    item = 4
+    for kind, limit in STAGE_MAX_BYTES.items():
+        k = limit // item
+        for count, want_path in ((k, "direct"), (k + 64, "ring")):
+            for mixed in (False, True):
+                def run(c, x):
+                    if kind == "all_reduce":
+                        return c.all_reduce(x), expected(count, np.float32, "sum")
+                    if kind == "reduce_scatter":
+                        return c.reduce_scatter(x), expected(count, np.float32, "sum")[rank * count // n:
+                                                                                     (rank + 1) * count // n]
+                    if kind == "all_gather":  # the limit is on the piece
+                        return c.all_gather(x), np.concatenate([data(count, q, np.float32) for q in range(n)])
+                    return c.broadcast(x, root=n - 1), data(count, n - 1, np.float32)
+                x = heap[:count] if mixed and rank == 0 else np.empty(count, np.float32)
+                x[:] = data(count, rank, np.float32)
+                label = f"default {kind} {count * item} bytes mixed={mixed}"
+                root = n - 1 if kind == "broadcast" else None
+                (got, want), paths = _paths(comm, lambda: run(comm, x), root)
+                check(label, got, want)
+                if paths != {want_path}:
+                    failures.append(f"{label}: paths {sorted(paths)}, want {want_path} (limit {limit})")
+                if not mixed:  # =0: the ring; =1: staged at every size
+                    for c, forced in ((off, "ring"), (on, "direct")):
+                        (got, want), paths = _paths(c, lambda: run(c, x), root)
+                        check(f"{label} forced {forced}", got, want)
+                        if paths != {forced}:
+                            failures.append(f"{label}, forced {forced}: paths {sorted(paths)}")
+    extra["memory_after"] = comm.memory_bytes()["symmetric"]
+    stage = comm._symmetric.heap._scratch.get("stage")
+    extra["stage_window"] = stage.nbytes if stage is not None else 0
+    if extra["stage_window"] > 2 * max(STAGE_MAX_BYTES.values()):
+        failures.append(f"stage window {extra['stage_window']} past twice the largest limit")
+    for c in (comm, off, on):
+        c.close()
+    # not staged, a heap array on one rank and an ordinary one on the other split into
+    # the direct path and the ring: each side times out at the deadline naming the other
+    split, _ = _communicator("0", timeout=0.5)
+    hx = split.alloc((256,), np.float32)
+    y = hx if rank == 0 else np.ones(256, np.float32)
+    t = time.monotonic()
+    extra["split_message"] = expect_error("heap vs ordinary, not staged", CollectiveTimeout,
+                                          lambda: split.all_reduce(y), f"rank {1 - rank}")
+    extra["split_seconds"] = round(time.monotonic() - t, 2)
+    world.Barrier()
+
+
+{"grid": grid, "mismatch": mismatch, "absent": absent, "staged": staged, "defaults": defaults}[mode]()
 print(json.dumps({"rank": rank, "cases": cases, "failures": failures[:20], "nfail": len(failures), **extra}),
       flush=True)

@@ -259,6 +259,21 @@ if R in ranks:
     check(t, np.full(5, float(sum(r + 1 for r in ranks))), f"new_group({ranks}) all_reduce")
 dist.barrier()
 
+# functional collectives and DTensor, which reach the group from C++ (the blocking lanes return None)
+import torch.distributed._functional_collectives as funcol  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor  # noqa: E402
+
+mine = tensor(values(R, 7, 21), torch.float32)
+check(funcol.wait_tensor(funcol.all_reduce(mine, "sum", dist.group.WORLD)),
+      reduce([values(r, 7, 21) for r in range(N)], "sum"), "funcol all_reduce")
+check(funcol.wait_tensor(funcol.all_gather_tensor(mine, 0, dist.group.WORLD)),
+      np.concatenate([values(r, 7, 21) for r in range(N)]), "funcol all_gather_tensor")
+whole = torch.arange(4 * N * 3, dtype=torch.float64).reshape(4 * N, 3)
+d = distribute_tensor(whole, init_device_mesh("cpu", (N,)), [Shard(0)])
+check(d.full_tensor(), whole.numpy(), "DTensor full_tensor")
+check(d.redistribute(d.device_mesh, [Replicate()]).to_local(), whole.numpy(), "DTensor redistribute")
+
 # the unsupported op names itself
 try:
     dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)

@@ -12,6 +12,7 @@ one, and both then step alike. Prints one JSON line per rank:
 about the heap raise ValueError on every rank.
 """
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from sharding import AdamW, ZeroOptimizer  # noqa: E402
 SIZES, BATCH, NAMES = [24, 256, 200, 5], 24, [f"layer{i}" for i in range(3)]
 X, Y = make_data(BATCH, SIZES[0], SIZES[-1])
 ckpt = sys.argv[1]
+os.environ["COLLECTIVES_STAGE"] = "0"  # the plain run takes the ring (two ranks stage ordinary arrays by default)
 comm = Communicator(timeout=60)
 failures, cases, maxdiff, exact = [], 0, 0.0, True
 
