@@ -223,3 +223,28 @@ def test_cached_calls_under_mpirun_heap_ordinary_and_mpi_baseline(mpi):
         assert sorted(res["raised"]) == ["heap", "mpi", "ordinary"]
         for msg in res["raised"].values():
             assert "count differs (rank 0: 24, rank 1: 12)" in msg and "#600" in msg, msg
+
+
+def test_large_tensors_get_one_view_that_keeps_nothing_alive():
+    """A CPU tensor over SMALL_BYTES is held weakly; its plan hands back one ownerless
+    view every call (so views keyed by object, like the direct path's, are found again),
+    which sees the tensor's writes, and lets the tensor die."""
+    torch = pytest.importorskip("torch")
+
+    def fn(c):
+        r = c.rank + 1
+        t = torch.full((2 * BIG,), float(r), dtype=torch.bfloat16)  # 2 bytes an element: 2 * BIG to be large
+        o = torch.empty(2 * BIG, dtype=torch.bfloat16)
+        flats = set()
+        for step in range(4):
+            t.fill_(float(r * (step + 1)))  # written through torch, read through the view
+            c.all_reduce(t, out=o)
+            assert torch.equal(o, torch.full((2 * BIG,), 3.0 * (step + 1), dtype=torch.bfloat16)), step
+            plan = next(p for p in c._plans.values() if p.xref is not None and p.xref() is t)
+            flats.add(id(plan.xflat))
+        ref = weakref.ref(t)
+        del t, plan
+        gc.collect()
+        return len(flats), ref() is None
+
+    assert simulate(2, fn) == [(1, True), (1, True)]
