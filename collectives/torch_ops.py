@@ -27,7 +27,8 @@ _HASH_IS_KIND = _hash_is_kind()
 
 def op_name(op) -> str | None:
     """The Communicator's name for a plain ReduceOp (SUM, AVG, PRODUCT, MIN, MAX); None for
-    PREMUL_SUM and unsupported ops (which :func:`reduce_op` handles, or names in its error)."""
+    PREMUL_SUM and unsupported ops (which :func:`reduce_op` handles, or names in its error).
+    ``op`` must be a ``ReduceOp`` (not a ``RedOpType``)."""
     return OP_NAMES.get(hash(op) if _HASH_IS_KIND else op.op.value)
 
 
@@ -38,10 +39,16 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
       op: a ``ReduceOp`` (as on ``opts.reduceOp``) or a ``ReduceOp.RedOpType``.
       what: the collective, for the error message.
     """
-    kind = op.op if type(op) is ReduceOp else op
-    name = OP_NAMES.get(kind.value)
-    if name is not None:
-        return name, None
+    if type(op) is ReduceOp:
+        name = op_name(op)
+        if name is not None:  # the common case, without touching the pybind enum
+            return name, None
+        kind = op.op
+    else:
+        kind = op
+        name = OP_NAMES.get(kind.value)
+        if name is not None:
+            return name, None
     if kind == ReduceOp.PREMUL_SUM:
         factor = getattr(op, "factor", None)
         if factor is None:  # torch versions without the attribute pickle it

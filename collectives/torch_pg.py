@@ -26,7 +26,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 
 from .communicator import Communicator
 from .errors import CollectiveError
-from .torch_ops import DoneWork, FutureWork, OneWork, Stage, op_name, premul_factor, reduce_op, same_length
+from .torch_ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
 from .torch_mpi import MpiCalls
 from .torch_rooted import GroupNames, RootedCollectives
 from .work import Work
@@ -66,13 +66,6 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
 
     # ---------------------------------------------------------- collectives
     def allreduce(self, tensors, opts=AllreduceOptions()):
-        if len(tensors) == 1 and not getattr(opts, "asyncOp", True):
-            # blocking dist.all_reduce(t): the shortest road (see _one for the None)
-            t = tensors[0]
-            name = op_name(opts.reduceOp)  # None: PREMUL_SUM or unsupported
-            if name is not None and t.is_contiguous():
-                self.comm.all_reduce(t, name, t)
-                return None
         op, factor = reduce_op(opts.reduceOp, "allreduce")
         if len(tensors) == 1 and factor is None and tensors[0].is_contiguous():
             t = tensors[0]  # the common call (DDP's buckets too): nothing to stage
@@ -92,9 +85,6 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
     def all_gather_single(self, output, input, opts=AllgatherOptions()):
         if output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and output.numel() == input.numel() * self.comm.size:  # FSDP2's common call: nothing to stage
-            if not getattr(opts, "asyncOp", True):
-                self.comm.all_gather(input, out=output)  # blocking: the shortest road (see _one)
-                return None
             return self._one(lambda a: self.comm.all_gather(input, out=output, async_op=a), [output], opts)
         return self.all_gather_single_coalesced([output], [input], opts)
 
@@ -111,12 +101,9 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         return self._start(launches, list(outputs), stage, opts)
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
-        op = op_name(opts.reduceOp)  # None: PREMUL_SUM (or unsupported: reduce_op names it below)
-        if op is not None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
+        op, factor = reduce_op(opts.reduceOp, "reduce_scatter")
+        if factor is None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and input.numel() == output.numel() * self.comm.size:  # the common call: nothing to stage
-            if not getattr(opts, "asyncOp", True):
-                self.comm.reduce_scatter(input, op, output)  # blocking: the shortest road (see _one)
-                return None
             return self._one(lambda a: self.comm.reduce_scatter(input, op=op, out=output, async_op=a),
                              [output], opts)
         return self.reduce_scatter_single_coalesced([output], [input], opts)
