@@ -27,6 +27,7 @@ from .work import Engine
 DEFAULT_CHUNK_BYTES = 1 << 20  # fewer, larger messages won here: each rendezvous costs ~10 us
 DEFAULT_SMALL_BYTES = 128 * 1024  # recursive doubling beats the ring below this (bench: 2 and 4 ranks)
 _ids = itertools.count()
+_MISS = object()  # _replay: no cached plan ran
 
 
 class Communicator(Dispatcher):
@@ -119,14 +120,10 @@ class Communicator(Dispatcher):
         Returns:
           ``out`` (a new array of x's kind and shape when None), or a Work.
         """
-        key = None
-        if type(op) is str:  # a repeated call on the same objects: its plan, checked in a few compares
-            key = ("ar", id(x), id(out), op)
-            p = self._plans.get(key)
-            if p is not None:
-                got = p.take(x, out)
-                if got is not None:
-                    return self._dispatch(p, got[0], got[1], async_op)
+        key = ("ar", id(x), id(out), op) if type(op) is str else None
+        done = self._replay(key, x, out, async_op)
+        if done is not _MISS:
+            return done
         return self._dispatch(*plan.all_reduce(self, key, x, op, out), async_op)
 
     def reduce_scatter(self, x, op: str = "sum", out=None, counts=None, async_op: bool = False):
@@ -140,14 +137,10 @@ class Communicator(Dispatcher):
             equal split, which needs x.size divisible by the world size.
           async_op: return a Work instead of the result.
         """
-        key = None
-        if counts is None and type(op) is str:
-            key = ("rs", id(x), id(out), op)
-            p = self._plans.get(key)
-            if p is not None:
-                got = p.take(x, out)
-                if got is not None:
-                    return self._dispatch(p, got[0], got[1], async_op)
+        key = ("rs", id(x), id(out), op) if counts is None and type(op) is str else None
+        done = self._replay(key, x, out, async_op)
+        if done is not _MISS:
+            return done
         return self._dispatch(*plan.reduce_scatter(self, key, x, op, out, counts), async_op)
 
     def all_gather(self, x, out=None, counts=None, async_op: bool = False):
@@ -160,14 +153,10 @@ class Communicator(Dispatcher):
           counts: elements per rank; by default every piece has x.size.
           async_op: return a Work instead of the result.
         """
-        key = None
-        if counts is None:
-            key = ("ag", id(x), id(out))
-            p = self._plans.get(key)
-            if p is not None:
-                got = p.take(x, out)
-                if got is not None:
-                    return self._dispatch(p, got[0], got[1], async_op)
+        key = ("ag", id(x), id(out)) if counts is None else None
+        done = self._replay(key, x, out, async_op)
+        if done is not _MISS:
+            return done
         return self._dispatch(*plan.all_gather(self, key, x, out, counts), async_op)
 
     def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
@@ -179,14 +168,10 @@ class Communicator(Dispatcher):
           out: where to write (same size, dtype and kind); ``out=x`` is in place.
           async_op: return a Work instead of the result.
         """
-        key = None
-        if type(root) is int:
-            key = ("bc", id(x), id(out), root)
-            p = self._plans.get(key)
-            if p is not None:
-                got = p.take(x, out)
-                if got is not None:
-                    return self._dispatch(p, got[0], got[1], async_op)
+        key = ("bc", id(x), id(out), root) if type(root) is int else None
+        done = self._replay(key, x, out, async_op)
+        if done is not _MISS:
+            return done
         return self._dispatch(*plan.broadcast(self, key, x, root, out), async_op)
 
     def barrier(self, async_op: bool = False):
@@ -195,6 +180,16 @@ class Communicator(Dispatcher):
         if p is None:
             p = self._barrier_plan = plan.barrier(self)
         return self._dispatch(p, None, None, async_op)
+
+    def _replay(self, key, x, out, async_op: bool):
+        """A repeated call on the same objects runs its cached plan (plan.py), checked in a
+        few compares; _MISS when there is none (key None: not cacheable) or it no longer fits."""
+        p = self._plans.get(key) if key is not None else None
+        if p is not None:
+            got = p.take(x, out)
+            if got is not None:
+                return self._dispatch(p, got[0], got[1], async_op)
+        return _MISS
 
     def alloc(self, shape, dtype=np.float32) -> np.ndarray:
         """A numpy array in the node's symmetric heap: collectives on such arrays read
