@@ -19,7 +19,7 @@ MPIRUN  := $(BIN)/mpirun
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
-$(STAMP): requirements.txt setup.py
+$(STAMP): requirements.txt setup.py csrc/fastpath.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt

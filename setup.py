@@ -3,7 +3,7 @@ ship inside the package, as collectives/kernels/csrc/, where launch.CSRC finds
 them through importlib.resources once installed."""
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -35,6 +35,9 @@ setup(
     description="Ring collectives over MPI (CPU and CUDA) and a ZeRO sharding layer",
     packages=["collectives", "collectives.kernels", "collectives.symmetric", "collectives.transport", "collectives.transport.device", "sharding"],
     cmdclass={"build_py": BuildPyWithCsrc},
+    # the direct path's repeated small calls in C (collectives/symmetric/fast.py); optional:
+    # without a C compiler the same steps run in Python
+    ext_modules=[Extension("collectives._fastpath", ["csrc/fastpath.c"], extra_compile_args=["-O3"], optional=True)],
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "mpi4py>=3.1", "ml-dtypes>=0.3"],
     extras_require={

@@ -41,6 +41,9 @@ class Dispatcher:
             engine = self._engine
             if engine.enter_inline(p.kind):
                 try:
+                    f = p.fast
+                    if f and self.tracer is None and self._broken is None:
+                        return f.run(self, p, seq, xa, oa)  # its C program (symmetric/fast.py)
                     return self._execute(p, seq, xa, oa, None)
                 finally:
                     engine.leave_inline()
@@ -78,6 +81,9 @@ class Dispatcher:
             p.run(self, ctx, p.hdr.stamp(seq), xa, oa, p.in_place, *p.args)
             if tracer is not None:
                 tracer.end(ctx.label, rank=self.rank)
+            elif p.fast == 0:  # a cached direct-path plan: write its C program now (symmetric/fast.py)
+                from .symmetric.fast import build
+                p.fast = build(self, p, xa, oa)
         except BaseException as e:
             self._broken = e
             ctx.abandon()
@@ -262,6 +268,10 @@ def runner(sym, kind: str, xa: Array | None, oa: Array | None, args: tuple):
     numpy = type(xa.obj) is np.ndarray and type(oa.obj) is np.ndarray
     return (DIRECT_NUMPY_RUNNERS if numpy else DIRECT_RUNNERS)[kind], args + places
 
+
+# the bodies whose repeated calls may run as C programs (symmetric/fast.py)
+FAST_RUNNERS = frozenset(r[k] for r in (DIRECT_RUNNERS, DIRECT_NUMPY_RUNNERS)
+                         for k in ("all_reduce", "reduce_scatter", "all_gather", "barrier") if k in r)
 
 RUNNERS = {"all_reduce": Dispatcher._run_all_reduce, "reduce_scatter": Dispatcher._run_reduce_scatter,
            "all_gather": Dispatcher._run_all_gather, "broadcast": Dispatcher._run_broadcast,

@@ -44,7 +44,7 @@ import weakref
 import numpy as np
 
 from .arrays import NUMPY, Array, adapt, check_overlap
-from .dispatch import runner
+from .dispatch import FAST_RUNNERS, runner
 from .dtypes import check_op, dtype_code
 from .header import ALGORITHMS, COLLECTIVES, Header, digest
 from .kernels import NUMPY_KERNELS
@@ -65,11 +65,13 @@ class Plan:
       chunk: the ring's chunk in elements (host collectives).
       host: runs on host memory (the communicator's reusable Context).
       in_place: x is out (all_reduce, broadcast) or out's own segment (all_gather).
+      fast: the call's C program (symmetric/fast.py) once written; 0 while one may be
+        (a cached plan on the direct path: written after its first call); None: never.
     """
 
     __slots__ = ("kind", "run", "args", "hdr", "chunk", "host", "in_place", "n", "fresh", "xa", "oa",
                  "xref", "oref", "xshape", "xdtype", "xsig", "xnp", "oshape", "odtype", "osig", "onp",
-                 "xflat", "oflat")
+                 "xflat", "oflat", "fast", "fast_rebuilds")
 
     def take(self, x, out) -> tuple[Array, Array | None] | None:
         """The adapted (x, out) for this call when ``x`` and ``out`` are this plan's objects,
@@ -150,7 +152,8 @@ def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: 
     p.run, p.args = runner(comm._symmetric, kind, xa, oa, args)
     p.host = oa is None or not oa.device
     p.chunk = comm.chunk_bytes if oa is None else max(1, comm.chunk_bytes // oa.flat.itemsize)
-    p.xa = p.oa = p.xref = p.oref = p.xflat = p.oflat = None
+    p.xa = p.oa = p.xref = p.oref = p.xflat = p.oflat = p.fast = None
+    p.fast_rebuilds = 0
     if key is None or not p.host:
         return p
     xs = _sig(x)
@@ -179,6 +182,8 @@ def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: 
     if len(plans) >= MAX_PLANS:
         plans.clear()
     plans[key] = p
+    if p.run in FAST_RUNNERS and not fresh:
+        p.fast = 0
     return p
 
 
@@ -287,4 +292,5 @@ def barrier(comm) -> Plan:
     p.kind, p.hdr, p.in_place, p.n, p.fresh = "barrier", Header(header(comm, "barrier", None)), False, None, False
     p.run, p.args = runner(comm._symmetric, "barrier", None, None, ())
     p.host, p.chunk, p.xa, p.oa = True, comm.chunk_bytes, None, None
+    p.fast, p.fast_rebuilds = (0 if p.run in FAST_RUNNERS else None), 0
     return p

@@ -33,6 +33,7 @@ from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
 from .allreduce import AllReduce, _flat
 from .by_ring import by_ring
+from .fast import resumed
 from .signals import DONE, INPUT, READY
 from .stage import copy_in, rs_parts
 from .stage import ranges_of as _ranges
@@ -62,6 +63,7 @@ class Direct(AllReduce):
         self.via_ring = False
         self._stage = None
         self._key = None
+        self._resume = None  # (base, rc, program): a C program stopped in this call (fast.py)
 
     # ---------------------------------------------------------------- plans
     def _src(self, q, count, dt):
@@ -89,19 +91,22 @@ class Direct(AllReduce):
         for plan caches."""
         sig = self.sig
         big = self.stage_max is not None and stage_bytes > self.stage_max[kind]
-        if xloc is not None:  # the hot path: our input is in the heap, nothing of ours to stage
-            copy = early = False
-            base = sig.post(hdr, xloc, dst, INPUT)
+        copy = xloc is None and (root is None or root == self.rank)
+        if self._resume is not None:  # a C program posted, waited and checked (fast.py)
+            base, early = self._resumed(ctx), copy
         else:
-            copy = root is None or root == self.rank
-            need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
-            # early only when the window will not grow below (the copy would be lost)
-            early = copy and not big and self._stage is not None and self._stage.nbytes >= need
-            if early:
-                self._copy_in(sig.epoch + 1, x, parts)
-            base = sig.post(hdr, (-1, -1), dst, INPUT if early else READY)
-        sig.wait_all(ctx, base + READY, "header posted")
-        sig.check(ctx)
+            if xloc is not None:  # the hot path: our input is in the heap, nothing of ours to stage
+                early = False
+                base = sig.post(hdr, xloc, dst, INPUT)
+            else:
+                need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
+                # early only when the window will not grow below (the copy would be lost)
+                early = copy and not big and self._stage is not None and self._stage.nbytes >= need
+                if early:
+                    self._copy_in(sig.epoch + 1, x, parts)
+                base = sig.post(hdr, (-1, -1), dst, INPUT if early else READY)
+            sig.wait_all(ctx, base + READY, "header posted")
+            sig.check(ctx)
         key = sig.locs_key()
         staged = self._staged.get((key, root))
         if staged is None:
@@ -296,6 +301,15 @@ class Direct(AllReduce):
             sig.raise_to(base + DONE)  # the root waits for this; nobody reads ours
 
     def barrier(self, ctx, hdr):
+        if self._resume is not None:  # a C program stopped (fast.py): raise what it found
+            self._resumed(ctx)
+            return
         base = self.sig.post(hdr)
         self.sig.wait_all(ctx, base + READY, "entered the barrier")
         self.sig.check(ctx)
+
+    def _resumed(self, ctx) -> int:
+        """The flag base of a call whose C program stopped after the header check
+        (peers' locations changed); raises the program's mismatch or timeout."""
+        r, self._resume = self._resume, None
+        return resumed(self.sig, ctx, r)

@@ -1,0 +1,238 @@
+/* The direct path's repeated small calls, run in C (collectives._fastpath).
+ *
+ * A collective that a caller repeats on the same arrays (a plan hit, see
+ * collectives/plan.py) takes the same steps every time: copy the input into the
+ * stage window, post the header, wait for every peer's flag, compare headers,
+ * reduce or copy, raise the flag, maybe wait again. collectives/symmetric/fast.py
+ * writes those steps once per call shape as a *program*: an array of int64 words,
+ * one op after another, every address absolute. run() executes it. The program
+ * does exactly what the Python path does (signals.py, direct.py), flag for flag,
+ * so a rank running a program and a rank running the Python path interoperate.
+ *
+ * Ops (the words after the op code):
+ *   COPY    dst src nbytes
+ *   POST    area head nwords l0 l1 l2 l3 flag phase
+ *             area[0:nwords] = head[0:nwords]; area[nwords:nwords+4] = l0..l3;
+ *             then flag = base + phase (release: data and header first)
+ *   WAIT    flag phase peer step     spin until flag >= base + phase
+ *   HCHECK  mine peer nwords         a peer's header words equal ours?
+ *   LCHECK  locs e0 e1 e2 e3         a peer's posted locations are the ones the
+ *                                    program was written for?
+ *   REDUCE  dtype op dst count nsrc src...   dst = src0 op src1 op ... (in order)
+ *   RAISE   flag phase               flag = base + phase
+ *   END
+ *
+ * run(program address, base, deadline, spin) returns 0 when done; -1 when a
+ * header differs (the caller raises MismatchError from the slots); -2 when a
+ * peer's locations differ (the header check passed: the caller's Python path
+ * goes on from there); 1 + the word index of a WAIT that reached the deadline
+ * (the caller names the peer and the step). Waits spin for ``spin`` seconds,
+ * then yield for 2 ms, then sleep (20 us doubling to 200 us) with the GIL
+ * released, checking for signals (Ctrl-C) between sleeps: the same schedule as
+ * signals.py. Nothing here allocates; a program's memory is kept alive by its
+ * Python owner.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+enum { OP_END, OP_COPY, OP_POST, OP_WAIT, OP_HCHECK, OP_LCHECK, OP_REDUCE, OP_RAISE };
+enum { DT_F32, DT_F64, DT_I32, DT_I64 };
+enum { RED_SUM, RED_PROD, RED_MAX, RED_MIN };
+
+#define RC_MISMATCH (-1)
+#define RC_CHANGED (-2)
+#define RC_SIGNAL (-3)
+
+static inline int64_t load_acquire(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void store_release(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);  /* Python's time.monotonic() */
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* 0 when *flag >= value, 1 at the deadline, RC_SIGNAL with a Python error set. */
+static int wait_flag(const int64_t *flag, int64_t value, double deadline, double spin) {
+    for (int i = 0; i < 64; i++)
+        if (load_acquire(flag) >= value) return 0;
+    double start = now(), sleep_s = 20e-6;
+    unsigned polls = 0;
+    while (load_acquire(flag) < value) {
+        cpu_relax();
+        if (++polls & 255) continue;
+        double t = now();
+        if (t > deadline) return 1;
+        double waited = t - start;
+        if (waited <= spin) continue;
+        if (waited < spin + 2e-3) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, (long)(sleep_s * 1e9)};
+        Py_BEGIN_ALLOW_THREADS
+        nanosleep(&ts, NULL);
+        Py_END_ALLOW_THREADS
+        if (PyErr_CheckSignals() < 0) return RC_SIGNAL;
+        sleep_s = sleep_s * 2 < 200e-6 ? sleep_s * 2 : 200e-6;
+    }
+    return 0;
+}
+
+/* Element-wise, sources combined in rank order: the bits numpy's ufuncs give
+ * (direct.py _reduce). Integers wrap (unsigned arithmetic), as numpy's do. */
+#define SUM(a, b) ((a) + (b))
+#define PROD(a, b) ((a) * (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define REDUCE_LOOP(T, F)                                                           \
+    do {                                                                            \
+        T *d = (T *)dst;                                                            \
+        const T *s0 = (const T *)src[0], *s1 = (const T *)src[1];                  \
+        if (nsrc == 2) {                                                            \
+            for (int64_t i = 0; i < count; i++) d[i] = (T)F(s0[i], s1[i]);         \
+        } else {                                                                    \
+            for (int64_t i = 0; i < count; i++) {                                   \
+                T acc = (T)F(s0[i], s1[i]);                                         \
+                for (int64_t k = 2; k < nsrc; k++) acc = (T)F(acc, ((const T *)src[k])[i]); \
+                d[i] = acc;                                                         \
+            }                                                                       \
+        }                                                                           \
+    } while (0)
+#define BY_OP(T)                                       \
+    switch (op) {                                      \
+    case RED_SUM: REDUCE_LOOP(T, SUM); return 0;        \
+    case RED_PROD: REDUCE_LOOP(T, PROD); return 0;      \
+    case RED_MAX: REDUCE_LOOP(T, MAX); return 0;        \
+    case RED_MIN: REDUCE_LOOP(T, MIN); return 0;        \
+    }                                                  \
+    return -1
+
+static int reduce_f32(int64_t op, void *dst, const int64_t *src, int64_t nsrc, int64_t count) { BY_OP(float); }
+static int reduce_f64(int64_t op, void *dst, const int64_t *src, int64_t nsrc, int64_t count) { BY_OP(double); }
+static int reduce_u32(int64_t op, void *dst, const int64_t *src, int64_t nsrc, int64_t count) {
+    if (op == RED_MAX || op == RED_MIN) { BY_OP(int32_t); }
+    BY_OP(uint32_t);
+}
+static int reduce_u64(int64_t op, void *dst, const int64_t *src, int64_t nsrc, int64_t count) {
+    if (op == RED_MAX || op == RED_MIN) { BY_OP(int64_t); }
+    BY_OP(uint64_t);
+}
+
+static int reduce(int64_t dtype, int64_t op, void *dst, int64_t count, int64_t nsrc, const int64_t *src) {
+    if (nsrc == 1) {
+        memmove(dst, (const void *)src[0], (size_t)count * (dtype == DT_F32 || dtype == DT_I32 ? 4 : 8));
+        return 0;
+    }
+    switch (dtype) {
+    case DT_F32: return reduce_f32(op, dst, src, nsrc, count);
+    case DT_F64: return reduce_f64(op, dst, src, nsrc, count);
+    case DT_I32: return reduce_u32(op, dst, src, nsrc, count);
+    case DT_I64: return reduce_u64(op, dst, src, nsrc, count);
+    }
+    return -1;
+}
+
+#define PTR(w) ((void *)(intptr_t)(w))
+
+static int64_t execute(const int64_t *prog, int64_t base, double deadline, double spin) {
+    int64_t at = 0;
+    for (;;) {
+        const int64_t *w = prog + at;
+        switch (w[0]) {
+        case OP_END:
+            return 0;
+        case OP_COPY:
+            if (w[3]) memcpy(PTR(w[1]), PTR(w[2]), (size_t)w[3]);
+            at += 4;
+            break;
+        case OP_POST: {
+            int64_t *area = PTR(w[1]);
+            memcpy(area, PTR(w[2]), (size_t)w[3] * 8);
+            memcpy(area + w[3], w + 4, 4 * 8);
+            store_release(PTR(w[8]), base + w[9]);
+            at += 10;
+            break;
+        }
+        case OP_WAIT: {
+            int r = wait_flag(PTR(w[1]), base + w[2], deadline, spin);
+            if (r == RC_SIGNAL) return RC_SIGNAL;
+            if (r) return 1 + at;
+            at += 5;
+            break;
+        }
+        case OP_HCHECK:
+            if (memcmp(PTR(w[1]), PTR(w[2]), (size_t)w[3] * 8)) return RC_MISMATCH;
+            at += 4;
+            break;
+        case OP_LCHECK:
+            if (memcmp(PTR(w[1]), w + 2, 4 * 8)) return RC_CHANGED;
+            at += 6;
+            break;
+        case OP_REDUCE:
+            if (reduce(w[1], w[2], PTR(w[3]), w[4], w[5], w + 6)) {
+                PyErr_Format(PyExc_ValueError, "fastpath: no reduction for dtype %lld, op %lld", (long long)w[1],
+                             (long long)w[2]);
+                return RC_SIGNAL;
+            }
+            at += 6 + w[5];
+            break;
+        case OP_RAISE:
+            store_release(PTR(w[1]), base + w[2]);
+            at += 3;
+            break;
+        default:
+            PyErr_Format(PyExc_ValueError, "fastpath: bad op %lld at word %lld", (long long)w[0], (long long)at);
+            return RC_SIGNAL;
+        }
+    }
+}
+
+/* run(program, base, deadline, spin) -> int; see the top of this file. */
+static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run(program, base, deadline, spin)");
+        return NULL;
+    }
+    const int64_t *prog = PTR(PyLong_AsLongLong(args[0]));
+    int64_t base = PyLong_AsLongLong(args[1]);
+    double deadline = PyFloat_AsDouble(args[2]), spin = PyFloat_AsDouble(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t rc = execute(prog, base, deadline, spin);
+    if (rc == RC_SIGNAL) return NULL;
+    return PyLong_FromLongLong(rc);
+}
+
+static PyMethodDef methods[] = {
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run a direct-path program (see csrc/fastpath.c)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "The direct path's programs, run in C.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    /* the encodings fast.py writes programs in */
+    const char *names[] = {"END", "COPY", "POST", "WAIT", "HCHECK", "LCHECK", "REDUCE", "RAISE"};
+    for (int i = 0; i < 8; i++)
+        if (PyModule_AddIntConstant(m, names[i], i) < 0) return NULL;
+    if (PyModule_AddIntConstant(m, "RC_MISMATCH", RC_MISMATCH) < 0 ||
+        PyModule_AddIntConstant(m, "RC_CHANGED", RC_CHANGED) < 0)
+        return NULL;
+    return m;
+}

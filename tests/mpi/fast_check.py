@@ -1,0 +1,168 @@
+"""Run under mpirun with COLLECTIVES_STAGE=1: the direct path's C programs
+(collectives/symmetric/fast.py, csrc/fastpath.c), checked exactly.
+
+  fast_check.py grid     repeated all-reduce / reduce-scatter / all-gather / barrier
+                         calls on the same arrays (heap, ordinary, mixed; in place
+                         or not), new data each call, against numpy; counts the
+                         calls that ran to the end in C
+  fast_check.py changed  one rank alternates between two heap arrays under the
+                         others' one plan: their programs stop after the header
+                         check and the Python path finishes the call
+  fast_check.py faults   after many C calls: a mismatched call raises
+                         MismatchError on every rank; an absent peer raises
+                         CollectiveTimeout naming it
+Prints one JSON line per rank: {"rank", "cases", "failures", "nfail", "runs", ...}.
+Inputs are small integers, so every reduction is exact.
+"""
+import json
+import os
+import sys
+import time
+
+from collectives import Communicator  # before mpi4py starts MPI: it keeps the UCX one-sided component out
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+from collectives.errors import CollectiveTimeout, MismatchError  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from inputs import data  # noqa: E402  (tests/inputs.py)
+
+world = MPI.COMM_WORLD
+n, rank = world.size, world.rank
+mode = sys.argv[1]
+REPEAT = 4
+failures, cases, extra = [], 0, {}
+
+
+def check(label, got, want):
+    global cases
+    cases += 1
+    g, w = np.asarray(got), np.asarray(want)
+    if g.shape != w.shape or not np.array_equal(g, w):
+        failures.append(f"{label}: got {g.reshape(-1)[:6]} want {w.reshape(-1)[:6]} (shapes {g.shape}, {w.shape})")
+
+
+def inputs(count, dtype, op, call):
+    """Every rank's input for call number ``call`` (different each call)."""
+    return [np.asarray(data(count, q, np.int64, op) * (1 if op == "prod" else call + 1), dtype=dtype)
+            for q in range(n)]
+
+
+def reduce_all(xs, op):
+    f = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    acc = xs[0].copy()
+    for x in xs[1:]:
+        acc = f(acc, x)
+    return acc
+
+
+def runs(comm):
+    """Calls that ran to the end in C, over every cached plan."""
+    return sum(getattr(p.fast, "runs", 0) for p in comm._plans.values()) + \
+        getattr(getattr(comm._barrier_plan, "fast", None), "runs", 0)
+
+
+def grid():
+    comm = Communicator(timeout=60)
+    heap = comm.alloc((3 * 8192 * n,), np.float64)  # bytes for every case's x and out
+    extra["enabled"] = __import__("collectives.symmetric.fast", fromlist=["ENABLED"]).ENABLED
+    total = 0
+    for dtype in (np.float32, np.float64, np.int32, np.int64):
+        ops = ["sum", "prod"] + (["max", "min"] if np.dtype(dtype).kind == "i" else [])
+        for count in (1, 13, 1000, 8192):
+            piece = count
+            for where in ("heap", "ordinary", "mixed"):
+                in_heap = where == "heap" or (where == "mixed" and rank == 0)
+                flat = heap.view(np.uint8)
+
+                def arr(k, at):  # k elements at byte offset ``at`` of the heap, or ordinary
+                    if in_heap:
+                        return flat[at:at + k * np.dtype(dtype).itemsize].view(dtype)
+                    return np.zeros(k, dtype)
+                isz = np.dtype(dtype).itemsize
+                x, out = arr(piece * n, 0), arr(piece * n, piece * n * isz)
+                s = out[:piece]
+                for op in ops:
+                    for call in range(REPEAT):
+                        xs = inputs(piece * n, dtype, op, call)
+                        x[:] = xs[rank]
+                        want = reduce_all(xs, op)
+                        check(f"all_reduce {np.dtype(dtype)} {op} {count} {where} #{call}",
+                              comm.all_reduce(x, op=op, out=out), want)
+                        check(f"reduce_scatter {np.dtype(dtype)} {op} {count} {where} #{call}",
+                              comm.reduce_scatter(x, op=op, out=s), want[rank * piece:(rank + 1) * piece])
+                    for call in range(REPEAT):  # in place: x is out
+                        xs = inputs(piece * n, dtype, op, call)
+                        x[:] = xs[rank]
+                        check(f"all_reduce in place {np.dtype(dtype)} {op} {count} {where} #{call}",
+                              comm.all_reduce(x, op=op, out=x), reduce_all(xs, op))
+                mine = x[:piece]
+                for call in range(REPEAT):
+                    xs = inputs(piece * n, dtype, "sum", call)
+                    mine[:] = xs[rank][:piece]
+                    check(f"all_gather {np.dtype(dtype)} {count} {where} #{call}", comm.all_gather(mine, out=out),
+                          np.concatenate([v[:piece] for v in xs]))
+                own = out[rank * piece:(rank + 1) * piece]  # in place: x is out's own segment
+                for call in range(REPEAT):
+                    xs = inputs(piece * n, dtype, "sum", call)
+                    own[:] = xs[rank][:piece]
+                    check(f"all_gather in place {np.dtype(dtype)} {count} {where} #{call}",
+                          comm.all_gather(own, out=out), np.concatenate([v[:piece] for v in xs]))
+                total += runs(comm)
+                comm._plans.clear()  # count each plan's runs once
+    for _ in range(REPEAT):
+        comm.barrier()
+    extra["barrier_runs"] = runs(comm)
+    extra["runs"] = total
+    comm.close()
+
+
+def changed():
+    """The last rank alternates between two heap arrays; the others keep one."""
+    comm = Communicator(timeout=60)
+    a, b = comm.alloc((1024,), np.float32), comm.alloc((1024,), np.float32)
+    out = comm.alloc((1024,), np.float32)
+    for call in range(12):
+        x = b if rank == n - 1 and call % 2 else a
+        xs = inputs(1024, np.float32, "sum", call)
+        x[:] = xs[rank]
+        check(f"changed #{call}", comm.all_reduce(x, out=out), reduce_all(xs, "sum"))
+    extra["runs"] = runs(comm)
+    comm.close()
+
+
+def faults():
+    comm = Communicator(timeout=30)
+    x, out = comm.alloc((256,), np.float32), comm.alloc((256,), np.float32)
+    x[:] = 1
+    for _ in range(20):
+        comm.all_reduce(x, out=out)
+    extra["runs_before"] = runs(comm)
+    op = "max" if rank == n - 1 else "sum"
+    try:
+        comm.all_reduce(x, op=op, out=out)
+        failures.append("mismatch: no error")
+    except MismatchError as e:
+        extra["mismatch"] = str(e)
+    comm.close()
+    world.Barrier()
+    comm = Communicator(timeout=1.5)
+    x, out = np.ones(256, np.float32), np.empty(256, np.float32)  # staged (COLLECTIVES_STAGE=1)
+    for _ in range(20):
+        comm.all_reduce(x, out=out)
+    extra["runs_staged"] = runs(comm)
+    if rank != n - 1:
+        t = time.monotonic()
+        try:
+            comm.all_reduce(x, out=out)
+            failures.append("absent: no error")
+        except CollectiveTimeout as e:
+            extra["timeout"] = str(e)
+        extra["seconds"] = round(time.monotonic() - t, 2)
+    world.Barrier()  # the absent rank waits here until the others have timed out
+
+
+{"grid": grid, "changed": changed, "faults": faults}[mode]()
+print(json.dumps({"rank": rank, "cases": cases, "failures": failures[:10], "nfail": len(failures), **extra}),
+      flush=True)

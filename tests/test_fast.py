@@ -1,0 +1,125 @@
+"""The direct path's C programs (collectives/symmetric/fast.py, csrc/fastpath.c).
+
+The kernels are checked here in one process against numpy; the programs under
+mpirun (tests/mpi/fast_check.py): exact results over repeated calls, peers that
+change arrays, a mismatch and an absent peer after many C calls.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import MPI_SCRIPTS, ROOT, mpi_env, mpirun_cmd
+
+fastpath = pytest.importorskip("collectives._fastpath", reason="the C extension was not built (no C compiler)")
+
+DTYPES = {np.float32: 0, np.float64: 1, np.int32: 2, np.int64: 3}
+OPS = {"sum": (0, np.add), "prod": (1, np.multiply), "max": (2, np.maximum), "min": (3, np.minimum)}
+
+
+def _reduce_program(dtype, op, dst, srcs):
+    words = [fastpath.REDUCE, DTYPES[dtype], OPS[op][0], dst.ctypes.data, dst.size, len(srcs),
+             *(s.ctypes.data for s in srcs), fastpath.END]
+    return np.array(words, np.int64)
+
+
+def _inputs(dtype, k, count, rng):
+    if np.dtype(dtype).kind == "f":  # every class of value: huge (overflow to inf), tiny, inf, nan, signed zeros
+        v = rng.standard_normal((k, count)) * rng.choice([1e-40, 1, 1e30, 1e300], (k, count))
+        v.flat[:6] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45]
+        with np.errstate(over="ignore"):
+            return v.astype(dtype)
+    info = np.iinfo(dtype)  # the whole range: sums and products wrap
+    return rng.integers(info.min, info.max, (k, count), dtype=dtype, endpoint=True)
+
+
+# float max/min are never programmed (fast.py: numpy's treatment of signed zeros stays in numpy)
+CASES = [(d, op) for d in DTYPES for op in OPS if np.dtype(d).kind == "i" or op in ("sum", "prod")]
+
+
+@pytest.mark.parametrize("dtype,op", CASES)
+def test_reduce_kernel_matches_numpy_bit_for_bit(dtype, op):
+    """dst = src0 op src1 op ... in rank order, the bits direct.py's numpy chain gives,
+    for 1 to 5 sources; in place (dst is a source) too."""
+    rng = np.random.default_rng(7)
+    f = OPS[op][1]
+    for k in (1, 2, 3, 5):
+        for count in (0, 1, 7, 1000, 4099):
+            srcs = list(_inputs(dtype, k, count, rng))
+            want = srcs[0].copy()
+            with np.errstate(all="ignore"):
+                for s in srcs[1:]:
+                    want = f(want, s)
+            dst = np.empty(count, dtype)
+            assert fastpath.run(_reduce_program(dtype, op, dst, srcs).ctypes.data, 0, 1e18, 0.0) == 0
+            assert dst.tobytes() == want.tobytes(), (k, count)
+            if k > 1:  # in place: the first source is the destination
+                first = srcs[0].copy()
+                assert fastpath.run(_reduce_program(dtype, op, first, [first] + srcs[1:]).ctypes.data, 0, 1e18,
+                                    0.0) == 0
+                assert first.tobytes() == want.tobytes(), (k, count, "in place")
+
+
+def test_waits_end_at_the_deadline_and_name_the_wait():
+    """A WAIT on a flag nobody raises returns 1 + its word index at the deadline."""
+    flag = np.zeros(1, np.int64)
+    prog = np.array([fastpath.RAISE, flag.ctypes.data, 3, fastpath.WAIT, flag.ctypes.data, 9, 1, 2, fastpath.END],
+                    np.int64)
+    import time
+    t = time.monotonic()
+    assert fastpath.run(prog.ctypes.data, 8, time.monotonic() + 0.2, 0.01) == 1 + 3
+    assert 0.15 < time.monotonic() - t < 2 and flag[0] == 11  # RAISE wrote base + phase
+
+
+def test_switched_off_by_the_environment():
+    code = "import collectives.symmetric.fast as f; print(f.ENABLED)"
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(mpi_env(), COLLECTIVES_FAST="0"))
+    assert got.stdout.strip() == "False", got.stderr[-2000:]
+
+
+def _run(n, mode, stage="1"):
+    env = dict(mpi_env())
+    env.pop("COLLECTIVES_STAGE", None)
+    if stage is not None:
+        env["COLLECTIVES_STAGE"] = stage
+    proc = subprocess.run(mpirun_cmd(n) + [sys.executable, str(MPI_SCRIPTS / "fast_check.py"), mode],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(lines) == n, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return sorted(lines, key=lambda r: r["rank"])
+
+
+@pytest.mark.parametrize("n,stage", [(1, "1"), (2, None), (3, "1")])
+def test_repeated_calls_run_in_c_and_match_numpy(n, stage):
+    """Heap, staged and mixed arrays, every programmed dtype and op, in place or not:
+    exact on every call, and most calls ran to the end in C (each plan's first
+    call runs in Python; the two-phase all-reduces and a heap rank's in-place
+    one-phase all-reduce stay there)."""
+    for res in _run(n, "grid", stage):
+        assert res["enabled"] and res["nfail"] == 0, res["failures"]
+        assert res["cases"] > 2000 and res["runs"] > res["cases"] // 2, res
+        assert res["barrier_runs"] == 3 or n == 1
+
+
+def test_peers_that_change_arrays_get_the_python_path():
+    """The last rank alternates between two heap arrays: its peers' programs stop
+    after the header check (locations changed), the Python path finishes the
+    call, and after a few rewrites the plan stays in Python. Exact throughout."""
+    res = _run(3, "changed")
+    for r in res:
+        assert r["nfail"] == 0, r["failures"]
+    assert res[2]["runs"] > 0 and res[0]["runs"] == 0
+
+
+def test_mismatch_and_absent_peer_after_many_c_calls():
+    res = _run(3, "faults")
+    for r in res:
+        assert r["nfail"] == 0, r["failures"]
+        assert r["runs_before"] == 19 and r["runs_staged"] == 19  # the 19 calls after each plan's first
+        assert "op differs (rank 0: sum, rank 1: sum, rank 2: max)" in r["mismatch"]
+    for r in res[:2]:
+        assert "rank 2 never signalled 'header posted'" in r["timeout"] and r["seconds"] < 5
