@@ -146,7 +146,7 @@ class Engine:
     def leave_inline(self) -> None:
         with self._lock:
             self._inline = False
-            if self._thread is not None:  # only the progress thread ever waits for this
+            if self._queue:  # only the progress thread waits for this, and only with work queued
                 self._cv.notify_all()
 
     def run(self, fn, label: str):
@@ -164,7 +164,7 @@ class Engine:
         finally:
             with self._cv:
                 self._inline = False
-                if self._thread is not None:  # only the progress thread ever waits for this
+                if self._queue:  # only the progress thread waits for this, and only with work queued
                     self._cv.notify_all()
 
     def steal(self, work: Work) -> bool:
