@@ -18,8 +18,8 @@ runs in Python and the program is rewritten). A header mismatch or a peer that
 never arrives is raised by the Python path from the same slots, with the same
 messages.
 
-Programs cover, on one node with no tracer: all-reduce (the one-phase kind,
-not reduced aside), reduce-scatter and all-gather of up to ``MAX_BYTES``, and
+Programs cover, on one node with no tracer: all-reduce (the one-phase kind),
+reduce-scatter and all-gather of up to ``MAX_BYTES``, and
 the barrier; float32/64 with sum and prod, int32/64 with sum, prod, max and
 min (numpy's float max/min treat signed zeros in ways a C comparison does not
 reproduce; half types accumulate in float32 in Python). Everything else, and
@@ -232,10 +232,14 @@ class _Writer:
             self.wait_peers(INPUT, 1)
         return True
 
-    def finish(self, xloc):
+    def finish(self, xloc, then=None):
+        """Done reading; wait for the peers when they read our input; ``then``: a
+        (dst, src) copy once they are done."""
         self.cur += [_c.RAISE, self.slot[self.rank], DONE]
         if xloc is not None:
             self.wait_peers(DONE, 2)
+        if then is not None:
+            self.copy(*then)
         self.end()
 
 
@@ -251,8 +255,9 @@ def _all_reduce(w, d, x, out, op, xloc, oloc) -> bool:
     in_place = any(s[0] == t[0] >= 0 and abs(s[1] - t[1]) < x.nbytes for s, t in zip(w.src, w.dst))
     if not (x.nbytes <= SMALL_BYTES or (n == 2 and (staged or (x.nbytes <= ONE_PHASE_2_BYTES and not in_place)))):
         return False  # two phases
-    if xloc is not None and oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes:
-        return False  # reduced aside (peers read our out)
+    # out overlaps our heap input, which peers read: reduced aside, copied once every peer is done
+    aside = xloc is not None and oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
+    tmp = np.empty_like(x) if aside else None
     dst = oloc if oloc is not None else (STAGE_DST, 0) if xloc is None else (-1, -1)
     if tuple(w.dst[r]) != tuple(dst):
         return False
@@ -262,8 +267,12 @@ def _all_reduce(w, d, x, out, op, xloc, oloc) -> bool:
         srcs = [w.src_view(q, par, x.size, dt) for q in range(n)]
         if xloc is None and (n == 2 or not np.shares_memory(x, out)):
             srcs[r] = x
-        w.reduce(op, out, srcs)
-        w.finish(xloc)
+        w.reduce(op, tmp if aside else out, srcs)
+        if aside:
+            w.keep.append(tmp)
+            w.finish(xloc, then=(out, tmp))
+        else:
+            w.finish(xloc)
     return True
 
 
