@@ -302,14 +302,11 @@ class Direct(AllReduce):
 
     def barrier(self, ctx, hdr):
         if self._resume is not None:  # a C program stopped (fast.py): raise what it found
-            self._resumed(ctx)
-            return
+            return self._resumed(ctx)
         base = self.sig.post(hdr)
         self.sig.wait_all(ctx, base + READY, "entered the barrier")
         self.sig.check(ctx)
 
-    def _resumed(self, ctx) -> int:
-        """The flag base of a call whose C program stopped after the header check
-        (peers' locations changed); raises the program's mismatch or timeout."""
+    def _resumed(self, ctx) -> int:  # where this call's C program stopped (fast.resumed)
         r, self._resume = self._resume, None
         return resumed(self.sig, ctx, r)
