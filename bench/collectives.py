@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import math
 import sys
 import time
 
@@ -294,13 +295,38 @@ def make_comm(alg: str, world, kw: dict, want_ringzero: bool = False):
     return Communicator(algorithm=alg, verify=(alg == "ring"), **kw)
 
 
+MAX_ITERS = 5000  # iterations a timed block, at the most
+
+
+def block_iters(case, a, world) -> int:
+    """Iterations per timed block for this case: at least ``-n``, more when a call is
+    so fast that ``-n`` of them take less than ``--block-ms`` (the slowest rank's
+    estimate, so every rank runs the same count)."""
+    if a.block_ms <= 0:
+        return a.iters
+    t0 = time.perf_counter()
+    for _ in range(3):
+        case.run()
+    if a.device == "cuda":
+        import cupy
+        cupy.cuda.runtime.deviceSynchronize()
+    per_call = world.allreduce((time.perf_counter() - t0) / 3, op=MPI.MAX)
+    return int(min(max(a.iters, math.ceil(a.block_ms * 1e-3 / max(per_call, 1e-9))), MAX_ITERS))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("-b", "--minbytes", default="1K", help="smallest size (K, M, G suffixes)")
     p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
     p.add_argument("-f", "--stepfactor", type=float, default=4, help="multiply the size by this")
     p.add_argument("-w", "--warmup_iters", type=int, default=3)
-    p.add_argument("-n", "--iters", type=int, default=20)
+    p.add_argument("-n", "--iters", type=int, default=20,
+                   help="iterations per timed block, at least (see --block-ms)")
+    p.add_argument("--block-ms", type=float, default=2.0,
+                   help="more iterations for fast calls, so that each timed block lasts about this long (as "
+                        "OSU's benchmarks run small messages more often): a block of 20 calls of a few us "
+                        "measures the ranks' skew at the barrier and the caches' warm-up after the other "
+                        "algorithms' turns more than the calls; 0: -n iterations always")
     p.add_argument("-r", "--rounds", type=int, default=9,
                    help="time the iterations this many times, algorithms taking turns; report the median")
     p.add_argument("--op", default="all_reduce,reduce_scatter,all_gather", help=f"comma list of {OPS}")
@@ -381,8 +407,10 @@ def main(argv=None) -> int:
                                                        " (unset: not staged here, ordinary arrays take the ring)"))
     baselines = [b for b in BASELINES if b in algos]
     overhead = "torch" in algos and "ring" in algos
-    say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters, algorithms taking turns each round;"
-        f" time = median over rounds of (max over ranks of the mean per iteration)")
+    say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters"
+        + (f" (more for fast calls: about {a.block_ms:g} ms a block, at most {MAX_ITERS})" if a.block_ms > 0 else "")
+        + ", algorithms taking turns each round; time = median over rounds of (max over ranks of the mean per"
+          " iteration)")
     if baselines:
         say(f"# {', '.join('vs ' + b for b in baselines)}: median over rounds of the paired busbw ratio"
             f" (baseline's time / this algorithm's time in the same round; > 1 is faster)")
@@ -401,7 +429,7 @@ def main(argv=None) -> int:
         say()
         say(hdr)
         for size in sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor):
-            row, cases, times = {}, {}, {alg: [] for alg in algos}
+            row, cases, times, iters = {}, {}, {alg: [] for alg in algos}, {}
             api = []  # --algorithm torch: per round, the same dist.* call on a group that does nothing
             for alg in algos:
                 first = cases[algos[0]] if cases else None
@@ -418,6 +446,7 @@ def main(argv=None) -> int:
                 wrong = world.allreduce(case.wrong(), op=MPI.SUM)
                 for _ in range(a.warmup_iters):
                     case.run()
+                iters[alg] = block_iters(case, a, world)
                 row[alg] = {"wrong": wrong, "path": path}
             for rnd in range(max(a.rounds, 1)):  # algorithms take turns, so drift touches all alike,
                 for alg in algos[rnd % len(algos):] + algos[:rnd % len(algos)]:  # each going first in turn
@@ -425,25 +454,26 @@ def main(argv=None) -> int:
                     case.prepare()
                     comms[alg].barrier()
                     world.Barrier()
+                    k = iters[alg]
                     t0 = time.perf_counter()
-                    for _ in range(a.iters):
+                    for _ in range(k):
                         case.run()
                     if a.device == "cuda":
                         xp.cuda.runtime.deviceSynchronize()
-                    times[alg].append(world.allreduce((time.perf_counter() - t0) / max(a.iters, 1), op=MPI.MAX))
+                    times[alg].append(world.allreduce((time.perf_counter() - t0) / max(k, 1), op=MPI.MAX))
                     if alg == "torch" and overhead and op != "broadcast":  # torch's own share of a call
                         # (broadcast: torch asks its group registry for the root's rank, so no loose group)
                         t0 = time.perf_counter()
-                        for _ in range(a.iters):
+                        for _ in range(k):
                             case.run(group=noop)
-                        api.append(world.allreduce((time.perf_counter() - t0) / max(a.iters, 1), op=MPI.MAX))
+                        api.append(world.allreduce((time.perf_counter() - t0) / max(k, 1), op=MPI.MAX))
             for alg in algos:
                 case, dt = cases[alg], float(np.median(times[alg]))
                 algbw = case.nbytes / dt / 1e9
                 rec = dict(op=op, algorithm=alg, dtype=a.dtype, redop=a.redop, bytes=case.nbytes,
                            count=case.count, ranks=n, time_us=dt * 1e6, algbw=algbw,
                            busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device,
-                           rounds_us=[t * 1e6 for t in times[alg]], buffers=mode, stage=stage)
+                           rounds_us=[t * 1e6 for t in times[alg]], iters=iters[alg], buffers=mode, stage=stage)
                 if row[alg]["path"] is not None:
                     rec["path"] = row[alg]["path"]
                 row[alg] = rec
