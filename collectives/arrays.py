@@ -179,6 +179,16 @@ _SEEN_MAX_BYTES = 64 * 1024
 _TENSOR = [None]  # torch.Tensor, once a tensor has been adapted (torch stays unimported till then)
 
 
+def tensor_in_heap(alloc, shape, dtype):
+    """A CPU torch tensor of ``dtype`` over a heap array that ``alloc(shape, numpy dtype)``
+    makes (zero-copy; bfloat16 through an int16 view)."""
+    import torch
+
+    dt = _torch_dtype(torch, dtype, "alloc")
+    a = alloc(shape, dt)
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if dt is _BF16 else torch.from_numpy(a)
+
+
 def _torch_dtype(torch, dtype, name) -> np.dtype:
     if not _TORCH_DTYPES:
         _TENSOR[0] = torch.Tensor

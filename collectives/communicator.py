@@ -18,6 +18,7 @@ import numpy as np
 
 from . import plan, ring
 from .agree import ALGORITHMS, MAX_SMALL_BYTES
+from .arrays import tensor_in_heap
 from .context import Context
 from .dispatch import Dispatcher, make_baseline
 from .dtypes import dtype_code
@@ -191,7 +192,7 @@ class Communicator(Dispatcher):
                 return self._dispatch(p, got[0], got[1], async_op)
         return _MISS
 
-    def alloc(self, shape, dtype=np.float32) -> np.ndarray:
+    def alloc(self, shape, dtype=np.float32):
         """A numpy array in the node's symmetric heap: collectives on such arrays read
         peers' memory directly (collectives/symmetric). Every rank must call it, with
         the same shapes in the same order, and pass heap arrays on every rank.
@@ -199,8 +200,12 @@ class Communicator(Dispatcher):
 
         Args:
           shape: the array's shape.
-          dtype: a supported dtype (see dtypes.py).
+          dtype: a supported numpy dtype (see dtypes.py), or a torch dtype: then a CPU
+            torch tensor over the same heap memory (the torch process group's
+            collectives on it take the direct path too).
         """
+        if type(dtype).__module__ == "torch":  # the caller has torch imported already
+            return tensor_in_heap(self.alloc, shape, dtype)
         dtype_code(np.dtype(dtype))
         if self._symmetric is None:
             from .symmetric import Symmetric

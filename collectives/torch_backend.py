@@ -104,6 +104,32 @@ def _mpi_rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwar
     raise RuntimeError("ringzero: the MPI rendezvous cannot run twice in one init")
 
 
+def alloc(shape, dtype=None, group=None):
+    """A CPU tensor in the symmetric heap of a ringzero group's node: the group's
+    collectives on such tensors read peers' memory directly (docs/symmetric.md),
+    with no copy in. A collective call: every rank of the group calls it with the
+    same shapes in the same order, and passes heap tensors on every rank. The
+    tensor lives until the group is destroyed.
+
+    Args:
+      shape: the tensor's shape.
+      dtype: float32 (default), float64, float16, bfloat16, int32 or int64.
+      group: a ringzero process group (default: the default group).
+    """
+    import torch
+
+    pg = group if group is not None else dist.group.WORLD
+    if not isinstance(pg, RingzeroProcessGroup):
+        try:
+            pg = pg._get_backend(torch.device("cpu"))
+        except (AttributeError, RuntimeError):
+            pass
+    if not isinstance(pg, RingzeroProcessGroup):
+        raise TypeError(f"ringzero.alloc: {group or 'the default group'!r} is not a ringzero process group "
+                        f"(init_process_group(backend=\"ringzero\"))")
+    return pg.comm.alloc(shape, torch.float32 if dtype is None else dtype)
+
+
 def _register() -> None:
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, create_process_group, extended_api=True, devices=["cpu", "cuda"])
@@ -115,4 +141,4 @@ def _register() -> None:
 _ENV_HANDLER = _rdzv._env_rendezvous_handler
 _register()
 
-__all__ = ["BACKEND", "RingzeroProcessGroup", "create_process_group"]
+__all__ = ["BACKEND", "RingzeroProcessGroup", "alloc", "create_process_group"]

@@ -81,6 +81,28 @@ def test_dist_collectives_exact(mpi, n, tmp_path):
                 assert out.count(f"PASS {case} {opt} ") == 4, (case, opt, out[-3000:])
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_heap_tensors_take_the_direct_path(n):
+    """torch_backend.alloc (and Communicator.alloc with a torch dtype) puts tensors in the
+    node's symmetric heap: with staging off, dist.* on them read peers' memory (the
+    trace's only data phase is the direct path's), exact against numpy, over float32,
+    float64, bfloat16 and int64, repeated (the C programs); a non-ringzero group is refused."""
+    import subprocess
+    import sys
+
+    from conftest import MPI_SCRIPTS, ROOT, mpi_env, mpirun_cmd
+
+    env = dict(mpi_env(), COLLECTIVES_STAGE="0")
+    proc = subprocess.run(mpirun_cmd(n) + [sys.executable, str(MPI_SCRIPTS / "torch_heap.py")], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=ROOT)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(lines) == n, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for r in lines:
+        assert r["nfail"] == 0 and r["cases"] == 60, r["failures"]
+        assert r["paths"] and all(p.startswith("direct") for p in r["paths"]) and r["located"], r
+        assert "is not a ringzero process group" in r["refused"]
+
+
 # ---------------------------------------------------------------- the CUDA half
 def _has_cuda():
     try:

@@ -79,6 +79,7 @@ class Heap:
         self._roots: dict[int, Window] = {}  # id(root array or its MPI buffer) -> window
         self._where: dict[int, tuple] = {}  # id(array) -> (array, window index, byte offset)
         self._scratch: dict[str, Window] = {}
+        self._spans: list[tuple[int, Window]] = []  # (address of this rank's segment, window) of alloc's windows
 
     def _window(self, nbytes: int) -> Window:
         w = Window(self.comm, nbytes, len(self.windows))
@@ -93,6 +94,7 @@ class Heap:
         root = w.mine[:count * dtype.itemsize].view(dtype)
         self._roots[id(w.mine)] = w
         self._roots[id(root)] = w
+        self._spans.append((w.mine.__array_interface__["data"][0], w))
         arr = root.reshape(shape)
         return arr
 
@@ -125,8 +127,8 @@ class Heap:
         w = self._roots.get(id(b))
         if w is None:
             w = self._roots.get(id(b.base)) if isinstance(b, np.ndarray) else None
-            if w is None:
-                return None
+        if w is None:  # not a numpy view of a heap array: a view of a heap tensor's memory (torch's .numpy())?
+            return self._by_address(x)
         if not x.flags.c_contiguous:
             return None
         off = x.__array_interface__["data"][0] - w.mine.__array_interface__["data"][0]
@@ -137,6 +139,23 @@ class Heap:
         loc = (w.index, off)
         self._where[id(x)] = (x, loc)
         return loc
+
+    def _by_address(self, x):
+        """``locate`` for an array whose numpy base is not the heap's own (a torch tensor
+        from ``alloc`` seen through ``Tensor.numpy()``): memory inside one of the
+        windows ``alloc`` made is in the heap, whatever object wraps it."""
+        if not self._spans or not x.flags.c_contiguous:
+            return None
+        at = x.__array_interface__["data"][0]
+        for start, w in self._spans:
+            off = at - start
+            if 0 <= off <= w.nbytes - x.nbytes:
+                loc = (w.index, off)
+                if len(self._where) > _MAX_CACHED:
+                    self._where.clear()
+                self._where[id(x)] = (x, loc)
+                return loc
+        return None
 
     def peer_view(self, q: int, loc, count: int, dtype) -> np.ndarray:
         """Node rank ``q``'s ``count`` elements of ``dtype`` at ``loc`` (window, offset)."""
@@ -159,3 +178,4 @@ class Heap:
         self.windows = []
         self._where.clear()
         self._roots.clear()
+        self._spans.clear()
