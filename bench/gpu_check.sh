@@ -214,6 +214,12 @@ if [ "$MPI_OK" = 1 ]; then
 else
     result FAIL "prereq: no working MPI even after the carried wheels: the ring, zero and torch steps are skipped"
 fi
+# the direct path's C programs (csrc/fastpath.c) for this python; without them it runs in Python
+if timeout 60 "$PY" setup.py -q build_ext --inplace >>"$LOG" 2>&1 && "$PY" -c "import collectives._fastpath" 2>>"$LOG"; then
+    say "INFO prereq: collectives._fastpath built for $("$PY" -V 2>&1)"
+else
+    say "INFO prereq: collectives._fastpath not built (see log.txt): host collectives run their Python path"
+fi
 { echo "after prereq: PATH=$PATH"; echo "PYTHONPATH=$PYTHONPATH"; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; } >>"$DEST/facts.txt"
 
 # ------------------------------------------------------- the other steps
