@@ -74,7 +74,7 @@ from collectives import Communicator  # noqa: E402  (before mpi4py starts MPI: s
 from mpi4py import MPI  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
 from collectives.trace import Tracer  # noqa: E402
-from collectives.volumes import busbw_factor  # noqa: E402
+from collectives.volumes import busbw_factor, memory_roofline  # noqa: E402
 
 from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
 
@@ -541,8 +541,16 @@ def main(argv=None) -> int:
         if rank == 0:
             membw = measure_membw()
             say(f"# memory bandwidth (copy, read + write), measured now: {membw:.2f} GB/s")
+            for op in ops:  # what memory alone allows each collective (collectives/volumes.py), and the best at the top size
+                roof = memory_roofline(op, n, membw)
+                top = [r for r in records if r["op"] == op and r["bytes"] == max(q["bytes"] for q in records)]
+                best = max(top, key=lambda r: r["busbw"], default=None)
+                say(f"# memory roofline of {op} on {n} ranks (each input read once, each output written once): "
+                    f"{roof:.2f} GB/s busbw" + (f"; {best['algorithm']} at {best['bytes']} B: {best['busbw']:.2f} "
+                                                f"GB/s = {best['busbw'] / roof:.0%}" if best else ""))
         for r in records:
             r["membw_gbps"] = membw
+            r["roofline_gbps"] = memory_roofline(r["op"], n, membw) if membw else None
     if rank == 0 and a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:

@@ -5,7 +5,9 @@
 One panel per collective, one colour per algorithm (the same colour in every
 panel), both axes logarithmic, and the machine's memory bandwidth as a
 dashed black line in each panel: on CPU ranks of one machine every byte
-crosses memory, so that is the roofline. When a file mixes dtypes, devices
+crosses memory. The dotted line is what memory allows that collective (the
+records' ``roofline_gbps``: collectives/volumes.py ``memory_roofline``, each
+input read once and each output written once). When a file mixes dtypes, devices
 or rank counts, they differ by line style. Cases with wrong results are
 marked with a red cross.
 """
@@ -91,6 +93,11 @@ def plot_busbw(records: list[dict], path: str, membw_gbps: float | None = None,
         if membw_gbps:
             ax.axhline(membw_gbps, color="black", linestyle="--", linewidth=1.2,
                        label=f"memory bandwidth {membw_gbps:.1f} GB/s")
+        roofs = {r.get("roofline_gbps") for r in records if r["op"] == op}  # bench/collectives.py: volumes.py's
+        if len(roofs) == 1 and None not in roofs:  # what memory allows this collective (one rank count)
+            roof = roofs.pop()
+            ax.axhline(roof, color="black", linestyle=":", linewidth=1.2,
+                       label=f"memory roofline of {op.replace('_', '-')} {roof:.1f} GB/s")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(human_bytes))

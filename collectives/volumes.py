@@ -28,6 +28,15 @@ Bus bandwidth (nccl-tests' convention) = algbw x factor, the factor being
 what a rank must send for an even split, as a fraction of B: all-reduce
 2(N-1)/N, reduce-scatter and all-gather (N-1)/N, broadcast 1. busbw is then
 comparable to the link's speed whatever N is.
+
+Within one node the "link" is memory. The least every rank together must move
+through it (each input read once, each output written once; B as nccl-tests
+sizes it: an all-gather's output, the others' input) is 2NB for an all-reduce,
+(N+1)B for a reduce-scatter or an all-gather, NB for a broadcast, so memory of
+bandwidth M (read + write, a copy's figure) caps busbw at M x factor x B /
+those bytes: M(N-1)/N^2 for an all-reduce (M/4 on two ranks), M(N-1)/(N(N+1))
+for a reduce-scatter or an all-gather (M/6), M/N for a broadcast
+(``memory_roofline``).
 """
 from __future__ import annotations
 
@@ -65,6 +74,20 @@ def busbw_factor(op: str, n: int) -> float:
     if op in ("reduce_scatter", "all_gather"):
         return (n - 1) / n
     return 1.0
+
+
+def least_memory_bytes(op: str, nbytes: float, n: int) -> float:
+    """Bytes all ``n`` ranks of one node must move through memory together (read + write)
+    in collective ``op`` on ``nbytes`` (nccl-tests' size): every input read once, every
+    output written once."""
+    _check(op, n)
+    return {"all_reduce": 2 * n, "reduce_scatter": n + 1, "all_gather": n + 1, "broadcast": n}[op] * nbytes
+
+
+def memory_roofline(op: str, n: int, membw: float) -> float:
+    """The busbw that memory of bandwidth ``membw`` (read + write) allows ``op`` on ``n``
+    ranks of one node: ``membw x busbw_factor / (least_memory_bytes per byte)``."""
+    return membw * busbw_factor(op, n) / least_memory_bytes(op, 1.0, n) if n > 1 else membw
 
 
 def even_bytes_sent(op: str, nbytes: float, n: int) -> float:

@@ -75,3 +75,21 @@ def test_direct_volumes_closed_forms_and_balance():
     assert direct_volumes("all_gather", [5], 4) == [(0, 0, "N = 1: nothing", "N = 1: nothing")]
     with pytest.raises(ValueError):
         direct_volumes("broadcast", [1, 1], 4, root=2)
+
+
+def test_memory_roofline_counts_each_input_read_once_and_each_output_written_once():
+    """What memory of bandwidth M allows each collective's busbw within a node:
+    all-reduce M(N-1)/N^2 (M/4 on two ranks), reduce-scatter and all-gather
+    M(N-1)/(N(N+1)), broadcast M/N; derived here from the traffic, not the formula."""
+    from collectives.volumes import busbw_factor, least_memory_bytes, memory_roofline
+    m = 20.0
+    for n in (2, 3, 4, 8):
+        traffic = {"all_reduce": n * 1.0 + n * 1.0,  # n inputs of B read, n outputs of B written
+                   "reduce_scatter": n * 1.0 + n * (1.0 / n),  # n inputs of B, n outputs of B/N
+                   "all_gather": n * (1.0 / n) + n * 1.0,  # n pieces of B/N, n outputs of B
+                   "broadcast": 1.0 + (n - 1) * 1.0}  # the root's buffer read, n - 1 copies written
+        for op, t in traffic.items():
+            assert abs(least_memory_bytes(op, 1.0, n) - t) < 1e-12, (op, n)
+            assert abs(memory_roofline(op, n, m) - m * busbw_factor(op, n) / t) < 1e-12, (op, n)
+    assert memory_roofline("all_reduce", 2, m) == m / 4
+    assert abs(memory_roofline("all_gather", 2, m) - m / 6) < 1e-12
