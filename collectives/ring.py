@@ -28,24 +28,36 @@ mismatched two-rank all-gather wrote 8 KiB past the user's ``out``). The
 early sends cost nothing: MPI moves a large message only once its receive
 is posted, and posting receives early measured no faster (1 MiB, two ranks,
 alternating in one launch). On two ranks the all-gather is one exchange
-(see _exchange).
+(pair.all_gather), and an untraced all-reduce sends each segment whole
+(pair.all_reduce): with one peer nothing is forwarded, and the chunk
+pipeline's per-chunk rendezvous and bookkeeping cost more than the cache it
+keeps (paired in one launch against the pipeline with 1 MiB chunks: 1.3-1.5x
+faster at 1-8 MiB, 1.2x at 64 MiB). A traced call takes the pipeline, whose
+steps and chunks are what the trace and ``explain`` show, and so does device
+memory (not measured on a GPU).
 
 Buffers. Reduce-scatter keeps partial results in two scratch segments used
 in turn (the one sent at step t + 1 is the one reduced at step t), and the
 last step reduces straight into ``out``. All-reduce needs no such scratch:
 each segment's partial lives in its own place in ``out``, since every
 segment is reduced at most once per rank. ``x`` is only ever read, so
-``out=x`` (in place) and ``out=None`` (a new array) take the same path.
+``out=x`` (in place) and ``out=None`` (a new array) take the same path
+(except on two ranks, where out of place our segment is received straight
+into ``out`` and in place into scratch).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import pair
 from .schedule import Range, all_gather_step, chunks, offsets, reduce_scatter_step
 
 MAX_MESSAGE_BYTES = 1 << 30  # MPI counts are C ints: a 2 GiB + 4 KiB message failed here (MPI_ERR_ARG)
 TAG_DATA = 21
 TAG_GATHER = 23  # all-reduce's all-gather half: its first chunks leave during the reduce-scatter
+# in-place two-rank all-reduce: one message per segment (pair.all_reduce) up to segments
+# this large, whose scratch it takes; larger ones take the chunk pipeline (w chunks of scratch)
+TWO_RANK_SCRATCH_BYTES = 4 << 20
 
 
 def _seg(offs: list[int], s: int) -> slice:
@@ -174,49 +186,10 @@ def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], in_place:
             ctx.kernels.copy(own, x)
         return
     if ctx.size == 2:
-        _exchange(ctx, x, own if separate else None, out, offs)
+        pair.all_gather(ctx, x, own if separate else None, out, offs, TAG_DATA, MAX_MESSAGE_BYTES)
         return
     # send straight from x (as MPI does) and copy it into out while it is on the wire
     _gather_phase(ctx, out, counts, own=x if separate else None)
-
-
-def _exchange(ctx, x, own, out, offs) -> None:
-    """The all-gather of two ranks: the ring's one step, straight from x into
-    the peer's place in out. Chunks exist so a rank can forward what it has
-    while the rest arrives; on two ranks nobody forwards, so each piece goes
-    as one message (no per-chunk rendezvous), or as messages of
-    MAX_MESSAGE_BYTES when it is larger. x is copied into its own place last,
-    as Open MPI's two-rank all-gather does: copying it first (to overlap the
-    header round trip) measured worse from 4 MiB up."""
-    r = ctx.rank
-    tracing = ctx.tracer is not None
-    peer = 1 - r
-    theirs = out[offs[peer]:offs[peer + 1]]
-    if not tracing and x.nbytes <= MAX_MESSAGE_BYTES and theirs.nbytes <= MAX_MESSAGE_BYTES:
-        # the common case, with none of the per-chunk bookkeeping below: every
-        # microsecond here is added to a copy that MPI's own all-gather makes too
-        sends = [ctx.isend(x, peer, TAG_DATA)] if x.size else []
-        ctx.checked()
-        if theirs.size:
-            ctx.wait([ctx.irecv(theirs, peer, TAG_DATA)], peer=peer, step=0, chunk=0, what="receive")
-        if own is not None:
-            ctx.kernels.copy(own, x)
-        ctx.wait(sends, peer=peer, step=0, chunk="all", what="send")
-        return
-    step = max(1, MAX_MESSAGE_BYTES // x.itemsize)
-    sent = ctx.trace_step("all-gather", 0, peer=peer, seg=r, offset=offs[r])
-    sends = [ctx.isend(x[c.slice()], peer, TAG_DATA, sent) for c in chunks(Range(0, x.size), step)]
-    ctx.checked()  # then receive: see "The header check" above
-    rchunks = chunks(Range(0, theirs.size), step)
-    recvs = [ctx.irecv(theirs[c.slice()], peer, TAG_DATA,
-                       dict(phase="all-gather", step=0, peer=peer, seg=peer, chunk=i,
-                            offset=offs[peer] + c.start, count=c.size) if tracing else None)
-             for i, c in enumerate(rchunks)]
-    for i in range(len(rchunks)):
-        ctx.wait(recvs[i:i + 1], peer=peer, step=0, chunk=i, what="receive")
-    if own is not None:
-        ctx.kernels.copy(own, x)
-    ctx.wait(sends, peer=peer, step=0, chunk="all", what="send")
 
 
 def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) -> None:
@@ -231,6 +204,9 @@ def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) 
             ctx.kernels.copy(out, x)
         return
     offs = offsets(counts)
+    if n == 2 and ctx.tracer is None and not ctx.kernels.device and \
+            max(counts) * x.itemsize <= (TWO_RANK_SCRATCH_BYTES if out is x else MAX_MESSAGE_BYTES):
+        return pair.all_reduce(ctx, x, out, offs, op, TAG_DATA, TAG_GATHER)
     right = (ctx.rank + 1) % n
     early = []  # our own segment's chunks go out the moment they are final
     gather0 = ctx.trace_step("all-gather", 0, peer=right, seg=ctx.rank, offset=offs[ctx.rank])
