@@ -1,4 +1,4 @@
-"""Two ranks: the ring's all-gather and all-reduce when each rank has one peer.
+"""Two ranks: the ring's collectives when each rank has one peer.
 
 With one peer nothing is forwarded, so the chunks that let a ring rank pass
 on what it has while the rest arrives buy nothing here, and each costs a
@@ -79,3 +79,17 @@ def all_reduce(ctx, x, out, offs, op: str, tag: int, gather_tag: int) -> None:
     if result is not None:
         ctx.wait([result], peer=peer, step=1, chunk=0, what="receive")
     ctx.wait(sends, peer=peer, step=1, chunk="all", what="send")
+
+
+def reduce_scatter(ctx, x, out, offs, op: str, tag: int) -> None:
+    """Reduce-scatter of two ranks: send the peer its segment of x whole, receive
+    ours straight into ``out`` (which may not alias x) and reduce it there,
+    op(x, received) as the ring does: no scratch at all."""
+    r = ctx.rank
+    peer = 1 - r
+    sends = [ctx.isend(x[offs[peer]:offs[peer + 1]], peer, tag)] if offs[peer + 1] > offs[peer] else []
+    ctx.checked()  # then receive: see "The header check" in ring.py
+    if out.size:
+        ctx.wait([ctx.irecv(out, peer, tag)], peer=peer, step=0, chunk=0, what="receive")
+        ctx.reduce(op, x[offs[r]:offs[r + 1]], out, out)
+    ctx.wait(sends, peer=peer, step=0, chunk="all", what="send")

@@ -28,8 +28,8 @@ mismatched two-rank all-gather wrote 8 KiB past the user's ``out``). The
 early sends cost nothing: MPI moves a large message only once its receive
 is posted, and posting receives early measured no faster (1 MiB, two ranks,
 alternating in one launch). On two ranks the all-gather is one exchange
-(pair.all_gather), and an untraced all-reduce sends each segment whole
-(pair.all_reduce): with one peer nothing is forwarded, and the chunk
+(pair.all_gather), and an untraced reduce-scatter or all-reduce sends each
+segment whole (pair.py): with one peer nothing is forwarded, and the chunk
 pipeline's per-chunk rendezvous and bookkeeping cost more than the cache it
 keeps (paired in one launch against the pipeline with 1 MiB chunks: 1.3-1.5x
 faster at 1-8 MiB, 1.2x at 64 MiB). A traced call takes the pipeline, whose
@@ -163,6 +163,8 @@ def reduce_scatter(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: s
     if n == 1:
         ctx.kernels.copy(out, x[_seg(offs, 0)])
         return
+    if n == 2 and ctx.tracer is None and not ctx.kernels.device and max(counts) * x.itemsize <= MAX_MESSAGE_BYTES:
+        return pair.reduce_scatter(ctx, x, out, offs, op, TAG_DATA)
     big = max(counts)
     acc = (ctx.scratch("acc0", big, x.dtype), ctx.scratch("acc1", big, x.dtype))
 

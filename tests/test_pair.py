@@ -1,8 +1,8 @@
 """The two-rank ring (collectives/pair.py): every segment and piece as one message.
 
 Simulated ranks check results bit for bit against numpy, and count the data
-messages: an untraced two-rank all-reduce sends each segment whole, whatever
-the chunk size (the chunk pipeline sent one message per chunk). One mpirun
+messages: an untraced two-rank reduce-scatter or all-reduce sends each segment
+whole, whatever the chunk size (the chunk pipeline sent one message per chunk). One mpirun
 launch (tests/mpi/pair_check.py) checks the same paths over real MPI, where a
 receive posted too early would take bytes the peer has not read yet.
 """
@@ -20,6 +20,7 @@ from inputs import data
 
 TINY = dict(chunk_bytes=16, small_bytes=0)  # the ring at every size, many chunks a segment
 COUNTS = [0, 1, 2, 5, 13, 64, 1031]
+RS_COUNTS = ([0, 0], [1, 0], [0, 7], [13, 5], [515, 516])
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
 
@@ -94,6 +95,30 @@ def test_two_rank_all_reduce_sends_each_segment_whole(monkeypatch, in_place):
     for got in simulate(2, fn, **TINY):
         assert np.array_equal(got, _want(count, np.float32, "sum"))
     assert sent == {0: 2, 1: 2}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float16"])
+def test_two_rank_reduce_scatter_exact_one_message_a_rank(monkeypatch, dtype):
+    """Each rank sends its peer's segment whole (the pipeline: one message per 16-byte
+    chunk) and reduces its own straight into out; uneven and empty segments too."""
+    dt = np.dtype(dtype)
+    sent = _count_data_messages(monkeypatch)
+    for counts in RS_COUNTS:
+        count = sum(counts)
+        for op in OPS:
+            want = _want(count, dt, op)
+
+            def fn(c):
+                x = data(count, c.rank, dt, op)
+                y = c.reduce_scatter(x, op=op, counts=counts)
+                assert np.array_equal(x, data(count, c.rank, dt, op)), "input modified"
+                return y
+            got = simulate(2, fn, **TINY)
+            for r in range(2):
+                lo = sum(counts[:r])
+                assert np.array_equal(got[r], want[lo:lo + counts[r]]), (counts, op, r)
+    # one message a call and rank, none where the peer's segment is empty
+    assert sent == {r: len(OPS) * sum(1 for counts in RS_COUNTS if counts[1 - r]) for r in range(2)}, sent
 
 
 def test_traced_two_rank_all_reduce_keeps_the_pipeline(monkeypatch):

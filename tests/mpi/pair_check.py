@@ -1,7 +1,7 @@
 """Run under mpirun -n 2: the ring's two-rank paths (collectives/pair.py) over real MPI.
 
-All-reduce in and out of place, every op, a few dtypes, at sizes past the
-staging limit (so a staging communicator hands them to the ring after its
+All-reduce in and out of place, and reduce-scatter, every op, a few dtypes, at
+sizes past the staging limit (so a staging communicator hands them to the ring after its
 shared-memory header check) and on a communicator that never stages; in place
 past TWO_RANK_SCRATCH_BYTES (the chunk pipeline). All-gather with pieces past
 the staging limit, uneven, empty, in place. Each result is checked against
@@ -110,6 +110,23 @@ for dt, nbytes, ops in GRID:
                 own_out = in_place or (name == "plain" and op == "avg" and dt.kind == "f")
                 whole = not own_out or seg <= ring.TWO_RANK_SCRATCH_BYTES
                 check(label, got, want, base, sent[0], 2 if whole else None)
+
+for dt, nbytes in ((np.float32, (1 << 20) + 8), (np.float16, (3 << 20) + 4)):  # past the staging limit
+    dt = np.dtype(dt)
+    count = nbytes // dt.itemsize
+    counts = [count // 2 - 3, count - count // 2 + 3]
+    lo = sum(counts[:rank])
+    for op in OPS:
+        x0 = reduce_input(count, rank, dt, op)
+        want = expected(count, dt, op)[lo:lo + counts[rank]]
+        base = mpi.reduce_scatter(x0, op=op, counts=counts)
+        for name, comm in (("staging", staging), ("plain", plain)):
+            label = f"reduce_scatter {name} {dt} {nbytes} B {op}"
+            sent[0] = 0
+            got = comm.reduce_scatter(x0, op=op, counts=counts)
+            check(label, got, want, base, sent[0], 1)
+            if not np.array_equal(x0, reduce_input(count, rank, dt, op)):
+                failures.append(f"{label}: input modified")
 
 piece = (600 << 10) // 4 + 1  # float32 pieces past the staging limit (512 KiB)
 for counts in ([piece, piece], [piece + 5, 0], [3, piece]):
