@@ -93,3 +93,15 @@ def reduce_scatter(ctx, x, out, offs, op: str, tag: int) -> None:
         ctx.wait([ctx.irecv(out, peer, tag)], peer=peer, step=0, chunk=0, what="receive")
         ctx.reduce(op, x[offs[r]:offs[r + 1]], out, out)
     ctx.wait(sends, peer=peer, step=0, chunk="all", what="send")
+
+
+def broadcast(ctx, buf, root: int, tag: int) -> None:
+    """Broadcast of two ranks: the chain's one hop as one message (the headers
+    were checked before: the broadcast posts no receive before its verdict)."""
+    peer = 1 - ctx.rank
+    if not buf.size:
+        return
+    if ctx.rank == root:
+        ctx.wait([ctx.isend(buf, peer, tag)], peer=peer, step=0, chunk="all", what="send")
+    else:
+        ctx.wait([ctx.irecv(buf, peer, tag)], peer=peer, step=0, chunk=0, what="receive")

@@ -28,8 +28,8 @@ mismatched two-rank all-gather wrote 8 KiB past the user's ``out``). The
 early sends cost nothing: MPI moves a large message only once its receive
 is posted, and posting receives early measured no faster (1 MiB, two ranks,
 alternating in one launch). On two ranks the all-gather is one exchange
-(pair.all_gather), and an untraced reduce-scatter or all-reduce sends each
-segment whole (pair.py): with one peer nothing is forwarded, and the chunk
+(pair.all_gather), and an untraced reduce-scatter, all-reduce or broadcast
+sends each segment whole (pair.py): with one peer nothing is forwarded, and the chunk
 pipeline's per-chunk rendezvous and bookkeeping cost more than the cache it
 keeps (paired in one launch against the pipeline with 1 MiB chunks: 1.3-1.5x
 faster at 1-8 MiB, 1.2x at 64 MiB). A traced call takes the pipeline, whose
@@ -226,6 +226,8 @@ def broadcast(ctx, buf: np.ndarray, root: int) -> None:
     tracing = ctx.tracer is not None
     if n == 1:
         return
+    if n == 2 and not tracing and not ctx.kernels.device and buf.nbytes <= MAX_MESSAGE_BYTES:
+        return pair.broadcast(ctx, buf, root, TAG_DATA)
     right, left = (r + 1) % n, (r - 1) % n
     hop = (r - root) % n  # 0 at the root, n-1 at the end of the chain
     cs = chunks(Range(0, buf.size), ctx.chunk)

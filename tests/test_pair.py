@@ -1,8 +1,8 @@
 """The two-rank ring (collectives/pair.py): every segment and piece as one message.
 
 Simulated ranks check results bit for bit against numpy, and count the data
-messages: an untraced two-rank reduce-scatter or all-reduce sends each segment
-whole, whatever the chunk size (the chunk pipeline sent one message per chunk). One mpirun
+messages: an untraced two-rank reduce-scatter, all-reduce or broadcast sends
+each segment whole, whatever the chunk size (the chunk pipeline sent one message per chunk). One mpirun
 launch (tests/mpi/pair_check.py) checks the same paths over real MPI, where a
 receive posted too early would take bytes the peer has not read yet.
 """
@@ -119,6 +119,23 @@ def test_two_rank_reduce_scatter_exact_one_message_a_rank(monkeypatch, dtype):
                 assert np.array_equal(got[r], want[lo:lo + counts[r]]), (counts, op, r)
     # one message a call and rank, none where the peer's segment is empty
     assert sent == {r: len(OPS) * sum(1 for counts in RS_COUNTS if counts[1 - r]) for r in range(2)}, sent
+
+
+def test_two_rank_broadcast_one_message(monkeypatch):
+    """The root sends its buffer as one message (the chain: one per chunk), in place or not."""
+    sent = _count_data_messages(monkeypatch)
+    for root in (0, 1):
+        for count in (0, 1, 1031):
+            want = data(count, root, np.float64)
+
+            def fn(c):
+                x = data(count, c.rank, np.float64)
+                y = c.broadcast(x, root=root)
+                c.broadcast(x, root=root, out=x)
+                return y, x
+            for y, x in simulate(2, fn, **TINY):
+                assert np.array_equal(y, want) and np.array_equal(x, want), (root, count)
+    assert sent == {0: 4, 1: 4}, sent  # two calls a root, two non-empty sizes
 
 
 def test_traced_two_rank_all_reduce_keeps_the_pipeline(monkeypatch):

@@ -1,7 +1,7 @@
 """Run under mpirun -n 2: the ring's two-rank paths (collectives/pair.py) over real MPI.
 
-All-reduce in and out of place, and reduce-scatter, every op, a few dtypes, at
-sizes past the staging limit (so a staging communicator hands them to the ring after its
+All-reduce in and out of place, and reduce-scatter, every op, a few dtypes, and
+broadcast, at sizes past the staging limit (so a staging communicator hands them to the ring after its
 shared-memory header check) and on a communicator that never stages; in place
 past TWO_RANK_SCRATCH_BYTES (the chunk pipeline). All-gather with pieces past
 the staging limit, uneven, empty, in place. Each result is checked against
@@ -127,6 +127,18 @@ for dt, nbytes in ((np.float32, (1 << 20) + 8), (np.float16, (3 << 20) + 4)):  #
             check(label, got, want, base, sent[0], 1)
             if not np.array_equal(x0, reduce_input(count, rank, dt, op)):
                 failures.append(f"{label}: input modified")
+
+count = ((2 << 20) + 8) // 4  # float32 past the staging limit (2 MiB)
+for root in (0, 1):
+    want = data(count, root, np.float32)
+    for name, comm in (("staging", staging), ("plain", plain)):
+        x = data(count, rank, np.float32)
+        sent[0] = 0
+        got = comm.broadcast(x, root=root)
+        check(f"broadcast {name} root {root}", got, want, want, sent[0], 1 if rank == root else 0)
+        sent[0] = 0
+        comm.broadcast(x, root=root, out=x)
+        check(f"broadcast {name} root {root} in place", x, want, want, sent[0], 1 if rank == root else 0)
 
 piece = (600 << 10) // 4 + 1  # float32 pieces past the staging limit (512 KiB)
 for counts in ([piece, piece], [piece + 5, 0], [3, piece]):
