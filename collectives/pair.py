@@ -51,19 +51,19 @@ def all_gather(ctx, x, own, out, offs, tag: int, limit: int) -> None:
     ctx.wait(sends, peer=peer, step=0, chunk="all", what="send")
 
 
-def all_reduce(ctx, x, out, offs, op: str, tag: int, gather_tag: int) -> None:
+def all_reduce(ctx, x, out, offs, op: str, in_place: bool, tag: int, gather_tag: int) -> None:
     """All-reduce of two ranks, each segment as one message:
     send the peer its segment of x, receive ours, reduce it, send the result back,
     receive the peer's result, with none of the chunk pipeline's per-chunk
     rendezvous and bookkeeping. Out of place, our segment arrives straight in
     ``out`` and is reduced there (op(x, received), the ring's operand order);
-    in place, it lands in scratch, and the peer's result is received into x only
-    once the peer has taken our send of that very segment."""
+    ``in_place`` (out is x's very memory, whatever the objects), it lands in
+    scratch, and the peer's result is received into x only once the peer has
+    taken our send of that very segment."""
     r = ctx.rank
     peer = 1 - r
     mine, theirs = slice(offs[r], offs[r + 1]), slice(offs[peer], offs[peer + 1])
     dst = out[mine]
-    in_place = out is x
     sends = [ctx.isend(x[theirs], peer, tag)] if offs[peer + 1] > offs[peer] else []
     ctx.checked()  # then receive: see "The header check" in ring.py
     got = ctx.scratch("recv", dst.size, x.dtype) if in_place else dst

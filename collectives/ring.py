@@ -206,9 +206,12 @@ def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) 
             ctx.kernels.copy(out, x)
         return
     offs = offsets(counts)
-    if n == 2 and ctx.tracer is None and not ctx.kernels.device and \
-            max(counts) * x.itemsize <= (TWO_RANK_SCRATCH_BYTES if out is x else MAX_MESSAGE_BYTES):
-        return pair.all_reduce(ctx, x, out, offs, op, TAG_DATA, TAG_GATHER)
+    if n == 2 and ctx.tracer is None and not ctx.kernels.device:
+        # in place: out is x, or another object over the very same memory (the
+        # aliasing rule allows nothing in between, so overlapping bounds mean that)
+        in_place = out is x or np.may_share_memory(x, out)
+        if max(counts) * x.itemsize <= (TWO_RANK_SCRATCH_BYTES if in_place else MAX_MESSAGE_BYTES):
+            return pair.all_reduce(ctx, x, out, offs, op, in_place, TAG_DATA, TAG_GATHER)
     right = (ctx.rank + 1) % n
     early = []  # our own segment's chunks go out the moment they are final
     gather0 = ctx.trace_step("all-gather", 0, peer=right, seg=ctx.rank, offset=offs[ctx.rank])

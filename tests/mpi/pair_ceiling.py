@@ -56,7 +56,7 @@ def ring_only_all_gather(x, out):
 def ring_only_all_reduce(x, out):
     ctx.renew("all_reduce", 0, ctx.chunk, 60.0, None)
     k = x.size // 2
-    pair.all_reduce(ctx, x, out, [0, k, x.size], "sum", ring.TAG_DATA, ring.TAG_GATHER)
+    pair.all_reduce(ctx, x, out, [0, k, x.size], "sum", False, ring.TAG_DATA, ring.TAG_GATHER)
 
 
 if kind == "all_gather":

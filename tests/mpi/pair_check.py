@@ -98,11 +98,13 @@ for dt, nbytes, ops in GRID:
         want = expected(count, dt, op)
         base = mpi.all_reduce(x0, op=op)
         for name, comm in (("staging", staging), ("plain", plain)):
-            for in_place in (False, True):
-                label = f"all_reduce {name} {dt} {nbytes} B {op} {'in place' if in_place else 'out'}"
+            for in_place in (False, True, "view"):
+                label = f"all_reduce {name} {dt} {nbytes} B {op} {'out' if not in_place else 'in place'}" + \
+                    (" through a view of x" if in_place == "view" else "")
                 x = x0.copy()
                 sent[0] = 0
-                got = comm.all_reduce(x, op=op, out=x if in_place else None)
+                # in place, also as another object over x's very memory (the aliasing rule allows it)
+                got = comm.all_reduce(x, op=op, out=None if not in_place else x if in_place is True else x[:])
                 if not in_place and not np.array_equal(x, x0):
                     failures.append(f"{label}: input modified")
                 seg = max(split_counts(count, 2, 64 // dt.itemsize)) * dt.itemsize
