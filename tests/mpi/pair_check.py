@@ -1,7 +1,8 @@
 """Run under mpirun -n 2: the ring's two-rank paths (collectives/pair.py) over real MPI.
 
-All-reduce in and out of place, and reduce-scatter, every op, a few dtypes, and
-broadcast, at sizes past the staging limit (so a staging communicator hands them to the ring after its
+All-reduce in and out of place (also through another object over x's memory)
+and reduce-scatter, every op, a few dtypes, and broadcast, at sizes past the
+staging limit (so a staging communicator hands them to the ring after its
 shared-memory header check) and on a communicator that never stages; in place
 past TWO_RANK_SCRATCH_BYTES (the chunk pipeline). All-gather with pieces past
 the staging limit, uneven, empty, in place. Each result is checked against
@@ -15,11 +16,10 @@ import os
 import sys
 
 import numpy as np
-from mpi4py import MPI
 
-import collectives
-from collectives import Communicator, ring
+from collectives import Communicator, ring  # before mpi4py starts MPI (collectives/__init__.py)
 from collectives.schedule import split_counts
+from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from inputs import data  # noqa: E402  (tests/inputs.py)
@@ -163,4 +163,3 @@ for counts in ([piece, piece], [piece + 5, 0], [3, piece]):
 for c in (staging, plain, mpi):
     c.close()
 print(json.dumps({"rank": rank, "cases": cases, "counted": counted, "failures": failures[:20]}), flush=True)
-assert collectives  # imported first: see collectives/__init__.py
