@@ -65,9 +65,12 @@ class BareRing:
         send = seg(x, reduce_scatter_step(r, n, 0)[0])
         for t in range(n - 1):
             recv_seg = reduce_scatter_step(r, n, t)[1]
-            got = tmp[:counts[recv_seg]]
+            into = dest(t, recv_seg)
+            # straight into the destination when it is not the input (then reduced
+            # there: one buffer fewer to pass through), else into scratch
+            got = into if not np.shares_memory(into, x) else tmp[:counts[recv_seg]]
             self._exchange(send, got, right, left)
-            send = dest(t, recv_seg)
+            send = into
             _UFUNCS[op](seg(x, recv_seg), got, out=send)
 
     def _gather_steps(self, buf, counts):

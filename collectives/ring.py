@@ -28,24 +28,36 @@ mismatched two-rank all-gather wrote 8 KiB past the user's ``out``). The
 early sends cost nothing: MPI moves a large message only once its receive
 is posted, and posting receives early measured no faster (1 MiB, two ranks,
 alternating in one launch). On two ranks the all-gather is one exchange
-(see _exchange).
+(pair.all_gather), and an untraced reduce-scatter, all-reduce or broadcast
+sends each segment whole (pair.py): with one peer nothing is forwarded, and the chunk
+pipeline's per-chunk rendezvous and bookkeeping cost more than the cache it
+keeps (paired in one launch against the pipeline with 1 MiB chunks: 1.3-1.5x
+faster at 1-8 MiB, 1.2x at 64 MiB). A traced call takes the pipeline, whose
+steps and chunks are what the trace and ``explain`` show, and so does device
+memory (not measured on a GPU).
 
 Buffers. Reduce-scatter keeps partial results in two scratch segments used
 in turn (the one sent at step t + 1 is the one reduced at step t), and the
 last step reduces straight into ``out``. All-reduce needs no such scratch:
 each segment's partial lives in its own place in ``out``, since every
 segment is reduced at most once per rank. ``x`` is only ever read, so
-``out=x`` (in place) and ``out=None`` (a new array) take the same path.
+``out=x`` (in place) and ``out=None`` (a new array) take the same path
+(except on two ranks, where out of place our segment is received straight
+into ``out`` and in place into scratch).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import pair
 from .schedule import Range, all_gather_step, chunks, offsets, reduce_scatter_step
 
 MAX_MESSAGE_BYTES = 1 << 30  # MPI counts are C ints: a 2 GiB + 4 KiB message failed here (MPI_ERR_ARG)
 TAG_DATA = 21
 TAG_GATHER = 23  # all-reduce's all-gather half: its first chunks leave during the reduce-scatter
+# in-place two-rank all-reduce: one message per segment (pair.all_reduce) up to segments
+# this large, whose scratch it takes; larger ones take the chunk pipeline (w chunks of scratch)
+TWO_RANK_SCRATCH_BYTES = 4 << 20
 
 
 def _seg(offs: list[int], s: int) -> slice:
@@ -151,6 +163,8 @@ def reduce_scatter(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: s
     if n == 1:
         ctx.kernels.copy(out, x[_seg(offs, 0)])
         return
+    if n == 2 and ctx.tracer is None and not ctx.kernels.device and max(counts) * x.itemsize <= MAX_MESSAGE_BYTES:
+        return pair.reduce_scatter(ctx, x, out, offs, op, TAG_DATA)
     big = max(counts)
     acc = (ctx.scratch("acc0", big, x.dtype), ctx.scratch("acc1", big, x.dtype))
 
@@ -174,38 +188,10 @@ def all_gather(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], in_place:
             ctx.kernels.copy(own, x)
         return
     if ctx.size == 2:
-        _exchange(ctx, x, own if separate else None, out, offs)
+        pair.all_gather(ctx, x, own if separate else None, out, offs, TAG_DATA, MAX_MESSAGE_BYTES)
         return
     # send straight from x (as MPI does) and copy it into out while it is on the wire
     _gather_phase(ctx, out, counts, own=x if separate else None)
-
-
-def _exchange(ctx, x, own, out, offs) -> None:
-    """The all-gather of two ranks: the ring's one step, straight from x into
-    the peer's place in out. Chunks exist so a rank can forward what it has
-    while the rest arrives; on two ranks nobody forwards, so each piece goes
-    as one message (no per-chunk rendezvous), or as messages of
-    MAX_MESSAGE_BYTES when it is larger. x is copied into its own place last,
-    as Open MPI's two-rank all-gather does: copying it first (to overlap the
-    header round trip) measured worse from 4 MiB up."""
-    r = ctx.rank
-    tracing = ctx.tracer is not None
-    peer = 1 - r
-    theirs = out[_seg(offs, peer)]
-    step = max(1, MAX_MESSAGE_BYTES // x.itemsize)
-    sent = ctx.trace_step("all-gather", 0, peer=peer, seg=r, offset=offs[r])
-    sends = [ctx.isend(x[c.slice()], peer, TAG_DATA, sent) for c in chunks(Range(0, x.size), step)]
-    ctx.checked()  # then receive: see "The header check" above
-    rchunks = chunks(Range(0, theirs.size), step)
-    recvs = [ctx.irecv(theirs[c.slice()], peer, TAG_DATA,
-                       dict(phase="all-gather", step=0, peer=peer, seg=peer, chunk=i,
-                            offset=offs[peer] + c.start, count=c.size) if tracing else None)
-             for i, c in enumerate(rchunks)]
-    for i in range(len(rchunks)):
-        ctx.wait(recvs[i:i + 1], peer=peer, step=0, chunk=i, what="receive")
-    if own is not None:
-        ctx.kernels.copy(own, x)
-    ctx.wait(sends, peer=peer, step=0, chunk="all", what="send")
 
 
 def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) -> None:
@@ -220,6 +206,12 @@ def all_reduce(ctx, x: np.ndarray, out: np.ndarray, counts: list[int], op: str) 
             ctx.kernels.copy(out, x)
         return
     offs = offsets(counts)
+    if n == 2 and ctx.tracer is None and not ctx.kernels.device:
+        # in place: out is x, or another object over the very same memory (the
+        # aliasing rule allows nothing in between, so overlapping bounds mean that)
+        in_place = out is x or np.may_share_memory(x, out)
+        if max(counts) * x.itemsize <= (TWO_RANK_SCRATCH_BYTES if in_place else MAX_MESSAGE_BYTES):
+            return pair.all_reduce(ctx, x, out, offs, op, in_place, TAG_DATA, TAG_GATHER)
     right = (ctx.rank + 1) % n
     early = []  # our own segment's chunks go out the moment they are final
     gather0 = ctx.trace_step("all-gather", 0, peer=right, seg=ctx.rank, offset=offs[ctx.rank])
@@ -237,6 +229,8 @@ def broadcast(ctx, buf: np.ndarray, root: int) -> None:
     tracing = ctx.tracer is not None
     if n == 1:
         return
+    if n == 2 and not tracing and not ctx.kernels.device and buf.nbytes <= MAX_MESSAGE_BYTES:
+        return pair.broadcast(ctx, buf, root, TAG_DATA)
     right, left = (r + 1) % n, (r - 1) % n
     hop = (r - root) % n  # 0 at the root, n-1 at the end of the chain
     cs = chunks(Range(0, buf.size), ctx.chunk)

@@ -34,11 +34,18 @@ from .signals import Signals
 # node sizes (the machine has two cores): there the default is the ring.
 # Staged, each rank copies its input once more than the ring's single-copy
 # transfers: an all-gather (three copies of a piece against two) loses from
-# 1 MiB, a one-phase all-reduce from 2 MiB; reduce-scatters (half the input
-# copied) and broadcasts won at every size measured, but the stage window is
-# twice the largest staged input on every rank, so they stop at 2 MiB (a 4 MiB
-# window), past which the win was small (0.83-0.99x the ring's time).
-STAGE_MAX_BYTES = {"all_reduce": 1 << 20, "reduce_scatter": 2 << 20, "all_gather": 512 << 10,
+# 1 MiB; a one-phase all-reduce lost from 2 MiB to the chunked ring, and from
+# 768 KiB to the two-rank ring that sends each segment whole (collectives/pair.py;
+# paired, one launch, loaded machine: MPI's time / ours at 768 KiB staged 0.70-0.98x,
+# ring 0.98-1.07x; at 1 MiB 0.79-1.00x against 1.03-1.09x; even at 512 KiB);
+# a staged reduce-scatter (half the input copied) beat the chunked ring at every
+# size, but loses from 512 KiB to the two-rank ring's one message a rank (MPI's
+# time / ours, paired: 512 KiB staged 1.74-1.83x, ring 1.89-2.02x; 1 MiB
+# 2.02x against 2.62x; 2 MiB 1.90-2.03x against 2.19-2.60x; not measured
+# between 256 and 512 KiB); broadcasts won at every size measured, but the stage
+# window is twice the largest staged input on every rank, so they stop at 2 MiB
+# (a 4 MiB window), past which the win was small (0.83-0.99x the ring's time).
+STAGE_MAX_BYTES = {"all_reduce": 512 << 10, "reduce_scatter": 256 << 10, "all_gather": 512 << 10,
                    "broadcast": 2 << 20}
 STAGE_RANKS = 2  # the node size the table was measured at
 

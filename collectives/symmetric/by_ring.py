@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import ring
 from ..kernels import NUMPY_KERNELS
 from ..schedule import split_counts
 from .allreduce import _flat
@@ -22,7 +23,6 @@ def by_ring(self, ctx, base, kind, x, out, counts, op):
     every input once more than the ring's single-copy transfers move, which
     from about a megabyte costs more than the direct reads save. ``counts`` is
     the root for a broadcast."""
-    from .. import ring
     xf = _flat(x)
     of = xf if out is x else _flat(out)
     f = "sum" if op == "avg" else op
