@@ -20,6 +20,8 @@
  *                                    program was written for?
  *   REDUCE  dtype op dst count nsrc src...   dst = src0 op src1 op ... (in order)
  *   RAISE   flag phase               flag = base + phase
+ *   CMAREAD pid remote dst nbytes    dst = nbytes at address remote of process pid
+ *                                    (process_vm_readv: a peer's private input, cma.py)
  *   END
  *
  * run(program address, base, deadline, spin) returns 0 when done; -1 when a
@@ -35,12 +37,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
 #include <sched.h>
+#include <sys/uio.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
-enum { OP_END, OP_COPY, OP_POST, OP_WAIT, OP_HCHECK, OP_LCHECK, OP_REDUCE, OP_RAISE };
+enum { OP_END, OP_COPY, OP_POST, OP_WAIT, OP_HCHECK, OP_LCHECK, OP_REDUCE, OP_RAISE, OP_CMAREAD };
+#define BIG_BYTES (256 * 1024) /* copies this large run with the GIL released */
 enum { DT_F32, DT_F64, DT_I32, DT_I64 };
 enum { RED_SUM, RED_PROD, RED_MAX, RED_MIN };
 
@@ -148,6 +153,37 @@ static int reduce(int64_t dtype, int64_t op, void *dst, int64_t count, int64_t n
 
 #define PTR(w) ((void *)(intptr_t)(w))
 
+static void copy_bytes(void *dst, const void *src, size_t n) {
+    if (n < BIG_BYTES) {
+        memcpy(dst, src, n);
+        return;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(dst, src, n);
+    Py_END_ALLOW_THREADS
+}
+
+/* n bytes at remote in process pid into dst; 0, or -1 with an OSError set. */
+static int cma_read(int64_t pid, int64_t remote, void *dst, int64_t n) {
+    int64_t done = 0;
+    while (done < n) {
+        struct iovec local = {(char *)dst + done, (size_t)(n - done)};
+        struct iovec peer = {(char *)PTR(remote) + done, (size_t)(n - done)};
+        ssize_t got;
+        Py_BEGIN_ALLOW_THREADS
+        got = process_vm_readv((pid_t)pid, &local, 1, &peer, 1, 0);
+        Py_END_ALLOW_THREADS
+        if (got <= 0) {
+            int err = got < 0 ? errno : EIO;
+            PyErr_Format(PyExc_OSError, "process_vm_readv of %lld bytes from pid %lld failed after %lld: %s",
+                         (long long)n, (long long)pid, (long long)done, strerror(err));
+            return -1;
+        }
+        done += got;
+    }
+    return 0;
+}
+
 static int64_t execute(const int64_t *prog, int64_t base, double deadline, double spin) {
     int64_t at = 0;
     for (;;) {
@@ -156,8 +192,12 @@ static int64_t execute(const int64_t *prog, int64_t base, double deadline, doubl
         case OP_END:
             return 0;
         case OP_COPY:
-            if (w[3]) memcpy(PTR(w[1]), PTR(w[2]), (size_t)w[3]);
+            if (w[3]) copy_bytes(PTR(w[1]), PTR(w[2]), (size_t)w[3]);
             at += 4;
+            break;
+        case OP_CMAREAD:
+            if (w[4] && cma_read(w[1], w[2], PTR(w[3]), w[4])) return RC_SIGNAL;
+            at += 5;
             break;
         case OP_POST: {
             int64_t *area = PTR(w[1]);
@@ -228,8 +268,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     /* the encodings fast.py writes programs in */
-    const char *names[] = {"END", "COPY", "POST", "WAIT", "HCHECK", "LCHECK", "REDUCE", "RAISE"};
-    for (int i = 0; i < 8; i++)
+    const char *names[] = {"END", "COPY", "POST", "WAIT", "HCHECK", "LCHECK", "REDUCE", "RAISE", "CMAREAD"};
+    for (int i = 0; i < 9; i++)
         if (PyModule_AddIntConstant(m, names[i], i) < 0) return NULL;
     if (PyModule_AddIntConstant(m, "RC_MISMATCH", RC_MISMATCH) < 0 ||
         PyModule_AddIntConstant(m, "RC_CHANGED", RC_CHANGED) < 0)

@@ -22,6 +22,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
+from .cma import probe
 from .direct import Direct
 from .heap import Heap, node_comm
 from .signals import Signals
@@ -85,6 +86,7 @@ def staged(comm):
         return None
     sym = Symmetric(comm, node=node)
     sym.stage = True
+    sym.direct.pids = probe(node)  # large all-gather pieces read in place where the kernel allows (cma.py)
     if mode == "auto":
         sym.direct.stage_max = STAGE_MAX_BYTES
     return sym

@@ -8,7 +8,7 @@ peer has posted, compares the headers (signals.py), and only then reads:
 - reduce-scatter: each rank reduces its own segment reading every peer's
   source segment, in cache-sized chunks (the partial result stays in cache
   while the next peer's chunk streams in), straight into ``out``.
-- all-gather: each rank copies every peer's piece into ``out``.
+- all-gather (gather.py): each rank copies every peer's piece into ``out``.
 - all-reduce (allreduce.py): the two with no copy in between, or one phase
   where every rank reduces the whole vector.
 - broadcast: every rank copies the root's buffer.
@@ -33,7 +33,11 @@ from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
 from .allreduce import AllReduce, _flat
 from .by_ring import by_ring
+from .cma import CMA_WIN
+from .cma import address as _addr
+from .cma import MIN_BYTES as CMA_MIN_BYTES
 from .fast import resumed
+from .gather import AllGather
 from .signals import DONE, INPUT, READY
 from .stage import copy_in, rs_parts
 from .stage import ranges_of as _ranges
@@ -44,7 +48,7 @@ _HALF = frozenset(to_dtype(h) for h in HALF)
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-class Direct(AllReduce):
+class Direct(AllReduce, AllGather):
     """The direct algorithms over one node's heap and control slots."""
 
     def __init__(self, heap, signals):
@@ -64,6 +68,8 @@ class Direct(AllReduce):
         self._stage = None
         self._key = None
         self._resume = None  # (base, rc, program): a C program stopped in this call (fast.py)
+        self.pids = None  # the node's pids, where every rank may read the others' memory (cma.py)
+        self.offered = False  # this call's input was offered to peers in place (cma.py)
 
     # ---------------------------------------------------------------- plans
     def _src(self, q, count, dt):
@@ -80,24 +86,28 @@ class Direct(AllReduce):
         o = (epoch & 1) * (w.nbytes // 2 // 64 * 64)
         return w.peers[q][o:o + nbytes]
 
-    def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None, kind="all_reduce", parts=None):
+    def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None, kind="all_reduce", parts=None,
+               cma=False):
         """Post, wait for every header, check; stage inputs that are not in the heap.
         A staged input is copied into the stage window before posting when the
         window is already large enough (then every rank's is: they only ever grow
         together, to agreed sizes, and nobody reads it before the check), else
         after the check, once the window has grown, and announced with INPUT.
         ``parts``: the (offset, count) ranges of x that peers read (None: all).
+        ``cma``: a private input of at least cma.MIN_BYTES is offered in place
+        instead (peers read it with process_vm_readv, see cma.py).
         Returns the call's flag base; ``self._key`` names every rank's locations
         for plan caches."""
         sig = self.sig
         big = self.stage_max is not None and stage_bytes > self.stage_max[kind]
-        copy = xloc is None and (root is None or root == self.rank)
+        offer = self.offered = cma and xloc is None and self.pids is not None and stage_bytes >= CMA_MIN_BYTES
+        copy = xloc is None and not offer and (root is None or root == self.rank)
         if self._resume is not None:  # a C program posted, waited and checked (fast.py)
             base, early = self._resumed(ctx), copy
         else:
-            if xloc is not None:  # the hot path: our input is in the heap, nothing of ours to stage
+            if xloc is not None or offer:  # the hot path: our input is in the heap, or read in place
                 early = False
-                base = sig.post(hdr, xloc, dst, INPUT)
+                base = sig.post(hdr, xloc if xloc is not None else (CMA_WIN, _addr(x)), dst, INPUT)
             else:
                 need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
                 # early only when the window will not grow below (the copy would be lost)
@@ -241,48 +251,6 @@ class Direct(AllReduce):
         for o, c in ranges[self.rank]:
             plan.append((slice(at, at + c), [v[o:o + c] for v in views], o, c))
             at += c
-        return plan
-
-    def all_gather(self, ctx, hdr, x, out, counts, xloc, ranges=None):
-        """Every rank's x into out at its offset, or with ``ranges`` (per node rank, a
-        tuple of (offset in out, count)) each rank's x split over those ranges."""
-        dt = x.dtype
-        base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
-                           max(sum(c for _, c in r) for r in ranges) * dt.itemsize, kind="all_gather")
-        if self.via_ring:
-            return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
-        ckey = tuple(counts) if ranges is None else ranges
-        wkey = ("ag", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
-        work = self._work.get(wkey)
-        if work is None or work[0] is not x or work[1] is not out:
-            work = self._bind(wkey, x, out, self._ag_work(x, out, xloc, ckey, ranges or _ranges(counts)))
-        for dst, src in work[2]:
-            np.copyto(dst, src)
-        if ctx.tracer is not None:
-            self._trace(ctx, "direct all-gather", [(q, q, sum(c for _, c in rq) * dt.itemsize)
-                                                   for q, rq in enumerate(ranges or _ranges(counts))])
-        self._finish(ctx, base, xloc)
-
-    def _ag_work(self, x, out, xloc, ckey, ranges):
-        """(destination view, source view) per piece, for these x and out."""
-        dt, r = x.dtype, self.rank
-        pieces = self._cached(("ag", dt, ckey, self._key), lambda: self._ag_plan(dt, ranges))
-        of, xf, work = _flat(out), _flat(x), []
-        for sl, src, q, at in pieces:
-            if q == r and xloc is None:  # staged: our own piece straight from x
-                src = xf[at:at + src.size]
-                if np.shares_memory(src, of):
-                    continue  # in place: already there (x is our piece of out)
-            work.append((of[sl], src))
-        return work
-
-    def _ag_plan(self, dt, ranges):
-        plan = []
-        for q, rq in enumerate(ranges):
-            src, at = self._src(q, sum(c for _, c in rq), dt), 0
-            for o, c in rq:
-                plan.append((slice(o, o + c), src[at:at + c], q, at))
-                at += c
         return plan
 
     def broadcast(self, ctx, hdr, x, out, root, xloc):

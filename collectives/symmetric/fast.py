@@ -1,4 +1,5 @@
-"""The direct path's repeated small calls as programs run in C (csrc/fastpath.c).
+"""The direct path's repeated small calls as programs run in C (csrc/fastpath.c;
+programs.py writes them).
 
 A call repeated on the same arrays (a plan hit, plan.py) takes the same steps
 every time. After the Python path has run a plan's call once, ``build`` writes
@@ -28,16 +29,15 @@ in Python.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import time
 
 import numpy as np
 
-from ..agree import NF
-from .allreduce import ONE_PHASE_2_BYTES, SMALL_BYTES, STAGE_DST, _flat
-from .signals import AREA, DONE, INPUT, READY
-from .stage import ranges_of
+from ..errors import CollectiveError
+from .allreduce import _flat
+from .cma import address as _addr
+from .signals import READY
 
 try:
     from .. import _fastpath as _c
@@ -45,15 +45,11 @@ except ImportError:  # built without a C compiler: the Python path does everythi
     _c = None
 
 ENABLED = _c is not None and os.environ.get("COLLECTIVES_FAST", "") != "0"
-MAX_BYTES = 256 * 1024  # larger calls: the Python steps cost little next to the data
+MAX_BYTES = 256 * 1024  # larger reductions: the Python steps cost little next to the data (and numpy's SIMD)
+MAX_COPY_BYTES = 64 << 20  # all-gathers (copies only, memcpy either way): the Python steps cost 10-40 us at 1 MiB
 MAX_REBUILDS = 4  # peers keep changing their arrays under one plan: stay in Python
 STEPS = ("header posted", "input staged", "done reading")  # what a WAIT waits for (timeouts name it)
-_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int32): 2, np.dtype(np.int64): 3}
-_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
 
-
-def _addr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
 
 
 class Program:
@@ -87,6 +83,9 @@ class Program:
         p.hdr.stamp(seq)
         try:
             rc = _c.run(self.addrs[e & 1], 8 * e, time.monotonic() + comm.timeout, sig.spin)
+        except OSError as err:  # process_vm_readv refused (cma.py): peers time out waiting for us
+            comm._broken = err
+            raise CollectiveError(f"rank {comm.rank}: {p.kind} #{seq}: {err}") from err
         except BaseException as err:  # interrupted inside a wait: peers may be mid-call
             comm._broken = err
             raise
@@ -120,22 +119,24 @@ def build(comm, p, xa, oa):
     sym = comm._symmetric
     if not ENABLED or sym is None or sym.hier is not None or comm.tracer is not None:
         return None
+    from . import programs  # the extension is there (ENABLED)
+
     d, kind = sym.direct, p.kind
     if kind == "barrier":
-        return _barrier(d, p.hdr)
+        return _barrier(d, programs.Writer(d, p.hdr))
     x, out = _host_flat(xa), _host_flat(oa)
-    if x.dtype not in _DTYPES or max(x.nbytes, out.nbytes) > MAX_BYTES:
+    if x.dtype not in programs.DTYPES or max(x.nbytes, out.nbytes) > (MAX_COPY_BYTES if kind == "all_gather" else MAX_BYTES):
         return None
-    w = _Writer(d, p.hdr)
+    w = programs.Writer(d, p.hdr)
     if kind == "all_reduce":
         op, xloc, oloc = p.args
-        ok = _all_reduce(w, d, x, out, op, xloc, oloc)
+        ok = programs.all_reduce(w, d, x, out, op, xloc, oloc)
     elif kind == "reduce_scatter":
         op, counts, xloc = p.args
-        ok = _reduce_scatter(w, d, x, out, op, counts, xloc)
+        ok = programs.reduce_scatter(w, d, x, out, op, counts, xloc)
     elif kind == "all_gather":
         counts, xloc = p.args
-        ok = _all_gather(w, d, x, out, counts, xloc)
+        ok = programs.all_gather(w, d, x, out, counts, xloc)
     else:
         return None
     if not ok:
@@ -148,162 +149,10 @@ def _host_flat(a):
     return _flat(a.obj if type(a.obj) is np.ndarray else a.flat)
 
 
-def _barrier(d, hdr):
-    w = _Writer(d, hdr)
+def _barrier(d, w):
     for par in (0, 1):
         w.post(par, (-1, -1), (-1, -1), READY)
         w.wait_peers(READY, 0)
         w.hcheck(par)
         w.end()
     return Program(d, w.words, None, w.keep, 0)
-
-
-class _Writer:
-    """Writes a call's two programs (one per epoch parity) op by op."""
-
-    def __init__(self, d, hdr):
-        self.d, self.sig = d, d.sig
-        self.rank, self.size = d.rank, d.size
-        self.others = self.sig.others
-        self.slot = [_addr(s) for s in self.sig.slots]
-        self.buf = (ctypes.c_char * len(hdr.wire)).from_buffer(hdr.wire)  # the header, stamped per call
-        self.keep = [self.buf]
-        self.words, self.cur, self.stage = [], [], None
-        # the locations every rank posted in the call that just ran (the programs expect them again)
-        self.src = [self.sig.loc(q, 0) for q in range(self.size)]
-        self.dst = [self.sig.loc(q, 1) for q in range(self.size)]
-
-    def area(self, q, par):
-        return self.slot[q] + 8 * (8 + par * AREA)
-
-    def post(self, par, src, dst, phase):
-        self.cur += [_c.POST, self.area(self.rank, par), ctypes.addressof(self.buf), NF, *src, *dst,
-                     self.slot[self.rank], phase]
-
-    def wait_peers(self, phase, step):
-        for q in self.others:
-            self.cur += [_c.WAIT, self.slot[q], phase, q, step]
-
-    def hcheck(self, par):
-        for q in self.others:
-            self.cur += [_c.HCHECK, self.area(self.rank, par), self.area(q, par), NF]
-
-    def lcheck(self, par):
-        for q in self.others:
-            self.cur += [_c.LCHECK, self.area(q, par) + 8 * NF, *self.src[q], *self.dst[q]]
-
-    def copy(self, dst, src):
-        if dst.nbytes:
-            self.cur += [_c.COPY, _addr(dst), _addr(src), dst.nbytes]
-
-    def reduce(self, op, dst, srcs):
-        self.cur += [_c.REDUCE, _DTYPES[dst.dtype], _OPS[op], _addr(dst), dst.size, len(srcs),
-                     *(_addr(s) for s in srcs)]
-
-    def end(self):
-        self.words.append(self.cur + [_c.END])
-        self.cur = []
-
-    def src_view(self, q, par, count, dt):
-        """Node rank q's input as this rank reads it in a call of parity ``par``."""
-        loc = self.src[q]
-        if loc[0] < 0:
-            return self.d._staged_view(q, par, count * dt.itemsize).view(dt)
-        return self.d.heap.peer_view(q, loc, count, dt)
-
-    def start(self, par, x, xloc, dst, stage_bytes, kind) -> bool:
-        """Direct._start's steps for a call whose every input is where it was; False
-        where this call would take another road (the ring, a stage window to grow)."""
-        d, staged = self.d, any(s[0] < 0 for s in self.src)
-        if staged:
-            if d.stage_max is not None and stage_bytes > d.stage_max[kind]:
-                return False  # the ring over MPI
-            need = 2 * ((stage_bytes + 63) // 64 * 64)
-            if d._stage is None or d._stage.nbytes < need:
-                return False
-            self.stage = d._stage
-        if xloc is None:  # our input staged, copied in before posting (the window is large enough)
-            self.copy(d._staged_view(self.rank, par, x.nbytes).view(x.dtype), x)
-        self.post(par, xloc if xloc is not None else (-1, -1), dst, INPUT)
-        self.wait_peers(READY, 0)
-        self.hcheck(par)
-        self.lcheck(par)
-        if staged:
-            self.wait_peers(INPUT, 1)
-        return True
-
-    def finish(self, xloc, then=None):
-        """Done reading; wait for the peers when they read our input; ``then``: a
-        (dst, src) copy once they are done."""
-        self.cur += [_c.RAISE, self.slot[self.rank], DONE]
-        if xloc is not None:
-            self.wait_peers(DONE, 2)
-        if then is not None:
-            self.copy(*then)
-        self.end()
-
-
-def _reducible(dt, op) -> bool:
-    return op in _OPS and (op in ("sum", "prod") or dt.kind == "i")
-
-
-def _all_reduce(w, d, x, out, op, xloc, oloc) -> bool:
-    n, r, dt = d.size, d.rank, x.dtype
-    if not _reducible(dt, op):
-        return False
-    staged = any(s[0] < 0 for s in w.src)
-    in_place = any(s[0] == t[0] >= 0 and abs(s[1] - t[1]) < x.nbytes for s, t in zip(w.src, w.dst))
-    if not (x.nbytes <= SMALL_BYTES or (n == 2 and (staged or (x.nbytes <= ONE_PHASE_2_BYTES and not in_place)))):
-        return False  # two phases
-    # out overlaps our heap input, which peers read: reduced aside, copied once every peer is done
-    aside = xloc is not None and oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
-    tmp = np.empty_like(x) if aside else None
-    dst = oloc if oloc is not None else (STAGE_DST, 0) if xloc is None else (-1, -1)
-    if tuple(w.dst[r]) != tuple(dst):
-        return False
-    for par in (0, 1):
-        if not w.start(par, x, xloc, dst, x.nbytes, "all_reduce"):
-            return False
-        srcs = [w.src_view(q, par, x.size, dt) for q in range(n)]
-        if xloc is None and (n == 2 or not np.shares_memory(x, out)):
-            srcs[r] = x
-        w.reduce(op, tmp if aside else out, srcs)
-        if aside:
-            w.keep.append(tmp)
-            w.finish(xloc, then=(out, tmp))
-        else:
-            w.finish(xloc)
-    return True
-
-
-def _reduce_scatter(w, d, x, out, op, counts, xloc) -> bool:
-    n, r, dt = d.size, d.rank, x.dtype
-    if not _reducible(dt, op):
-        return False
-    (o, c), = ranges_of(counts)[r]
-    for par in (0, 1):
-        if not w.start(par, x, xloc, (-1, -1), x.nbytes, "reduce_scatter"):
-            return False
-        dst = out[:c]
-        srcs = [w.src_view(q, par, x.size, dt)[o:o + c] for q in range(n)]
-        if xloc is None and (n == 2 or not np.shares_memory(x[o:o + c], dst)):
-            srcs[r] = x[o:o + c]
-        w.reduce(op, dst, srcs)
-        w.finish(xloc)
-    return True
-
-
-def _all_gather(w, d, x, out, counts, xloc) -> bool:
-    r, dt = d.rank, x.dtype
-    for par in (0, 1):
-        if not w.start(par, x, xloc, (-1, -1), max(counts) * dt.itemsize, "all_gather"):
-            return False
-        for q, ((o, c),) in enumerate(ranges_of(counts)):
-            src = w.src_view(q, par, c, dt)
-            if q == r and xloc is None:
-                src = x[:c]
-                if np.shares_memory(src, out):
-                    continue  # in place: already there
-            w.copy(out[o:o + c], src)
-        w.finish(xloc)
-    return True

@@ -99,9 +99,10 @@ class Signals:
         self.flag[0] = value
 
     def staging(self) -> bool:
-        """Whether some rank's source is not in the heap this call (it will be staged)."""
+        """Whether some rank's source is not in the heap this call and will be staged
+        (-1; not an input read in place, cma.CMA_WIN)."""
         a = 8 + (self.epoch & 1) * AREA + NF
-        return any(s[a] < 0 for s in self.slots)
+        return any(s[a] == -1 for s in self.slots)
 
     def loc(self, q: int, which: int):
         """Node rank q's (window, offset) for this epoch: which=0 source, 1 destination."""

@@ -163,6 +163,37 @@ def faults():
     world.Barrier()  # the absent rank waits here until the others have timed out
 
 
-{"grid": grid, "changed": changed, "faults": faults}[mode]()
+def cma():
+    """Ordinary all-gather pieces from cma.MIN_BYTES are read in place (process_vm_readv):
+    even and uneven pieces, in place or not, a heap input on rank 0 too; repeated, so
+    the C programs (CMAREAD) take the later calls. COLLECTIVES_CMA=0: staged instead."""
+    from collectives.symmetric.cma import MIN_BYTES
+    comm = Communicator(timeout=60)
+    extra["pids"] = comm._symmetric.direct.pids is not None
+    heap = comm.alloc((4 * MIN_BYTES // 4 * n,), np.float32)
+    offered = 0
+    for piece in (MIN_BYTES // 8, MIN_BYTES // 4, MIN_BYTES // 4 + 13, MIN_BYTES // 2):  # float32 elements
+        counts = [piece + (q if piece % 2 else 0) for q in range(n)]  # odd: uneven pieces
+        lo = sum(counts[:rank])
+        for where in ("ordinary", "in place", "heap on rank 0"):
+            out = np.empty(sum(counts), np.float32)
+            if where == "in place":
+                x = out[lo:lo + counts[rank]]
+            elif where == "heap on rank 0" and rank == 0:
+                x = heap[:counts[0]]
+            else:
+                x = np.empty(counts[rank], np.float32)
+            for call in range(REPEAT):
+                xs = [np.arange(counts[q], dtype=np.float32) * (q + 2) + call for q in range(n)]
+                x[:] = xs[rank]
+                check(f"cma all_gather piece={piece} {where} #{call}",
+                      comm.all_gather(x, out=out, counts=None if piece % 2 == 0 else counts), np.concatenate(xs))
+                offered += comm._symmetric.direct.offered
+    extra["offered"] = offered
+    extra["runs"] = runs(comm)
+    comm.close()
+
+
+{"grid": grid, "changed": changed, "faults": faults, "cma": cma}[mode]()
 print(json.dumps({"rank": rank, "cases": cases, "failures": failures[:10], "nfail": len(failures), **extra}),
       flush=True)

@@ -151,14 +151,17 @@ for counts in ([piece, piece], [piece + 5, 0], [3, piece]):
     lo = sum(counts[:rank])
     for name, comm in (("staging", staging), ("plain", plain)):
         label = f"all_gather {name} {counts}"
+        # a staging communicator reads these pieces in place where the kernel allows it
+        # (process_vm_readv, collectives/symmetric/cma.py): no ring, no message
+        msgs = 0 if name == "staging" and staging._symmetric.direct.pids is not None else 1 if counts[rank] else 0
         sent[0] = 0
         got = comm.all_gather(x0, counts=None if even else counts)
-        check(label, got, want, base, sent[0], 1 if counts[rank] else 0)
+        check(label, got, want, base, sent[0], msgs)
         o = np.full(sum(counts), -99, np.float32)
         o[lo:lo + counts[rank]] = x0
         sent[0] = 0
         comm.all_gather(o[lo:lo + counts[rank]], out=o, counts=None if even else counts)
-        check(label + " in place", o, want, base, sent[0], 1 if counts[rank] else 0)
+        check(label + " in place", o, want, base, sent[0], msgs)
 
 for c in (staging, plain, mpi):
     c.close()

@@ -1,0 +1,97 @@
+"""Reading a peer's ordinary (private) array in one copy: Linux cross-memory
+attach (``process_vm_readv``), the single copy Open MPI's shared-memory
+transport makes for large messages.
+
+A staged all-gather copies every piece three times (into the stage window,
+out of it into each peer's ``out``, and the own piece); MPI's copies it twice.
+So from ``MIN_BYTES`` a piece an all-gather rank whose input is private posts
+its address instead of staging it (source window ``CMA_WIN``); each peer reads
+it straight into its ``out`` with ``process_vm_readv``, and the owner waits
+until every peer is done reading before it returns, as a heap input's owner
+does. Used where the node's ranks agreed at start that the kernel allows it
+(``probe``: same user, no ptrace restriction) and ``COLLECTIVES_CMA`` is not
+"0".
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from ..errors import CollectiveError
+
+CMA_WIN = -4  # a posted source window: "private; read it at this address with process_vm_readv"
+MIN_BYTES = 64 * 1024  # all-gather pieces from this size: below it staging (C programs) measured as fast or faster
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _readv = _libc.process_vm_readv
+    _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.POINTER(_Iovec), ctypes.c_ulong,
+                       ctypes.c_ulong]
+    _readv.restype = ctypes.c_ssize_t
+except (OSError, AttributeError):  # not Linux, or a libc without it
+    _readv = None
+
+
+class Remote:
+    """``nbytes`` at ``addr`` in process ``pid``'s memory (what ``read`` copies from)."""
+
+    __slots__ = ("pid", "addr", "nbytes", "rank")
+
+    def __init__(self, pid: int, addr: int, nbytes: int, rank: int):
+        self.pid, self.addr, self.nbytes, self.rank = pid, addr, nbytes, rank
+
+
+def read(dst: np.ndarray, src: Remote) -> None:
+    """Copy ``src`` into ``dst`` (C-contiguous, ``src.nbytes`` long); OSError naming the peer."""
+    at, done = dst.__array_interface__["data"][0], 0
+    while done < src.nbytes:
+        local = _Iovec(at + done, src.nbytes - done)
+        remote = _Iovec(src.addr + done, src.nbytes - done)
+        got = _readv(src.pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if got <= 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"process_vm_readv of {src.nbytes} bytes from node rank {src.rank} (pid {src.pid}) "
+                               f"failed after {done}: {os.strerror(err)}")
+        done += got
+
+
+def address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def cma_read(ctx, dst: np.ndarray, src: Remote) -> None:
+    """``read`` inside a collective: a failure is a CollectiveError naming the rank and call."""
+    try:
+        read(dst, src)
+    except OSError as e:
+        raise CollectiveError(f"rank {ctx.rank}: {ctx.label}: {e}") from e
+
+
+def probe(node) -> list[int] | None:
+    """The pid of every rank of ``node`` (an MPI communicator) when every rank can read
+    its next peer's memory, else None (agreed: a collective call): None off Linux,
+    with ``COLLECTIVES_CMA=0``, or where the kernel refuses (another user, Yama's
+    ptrace_scope)."""
+    ok = _readv is not None and os.environ.get("COLLECTIVES_CMA", "") != "0"
+    pids = node.allgather(os.getpid())
+    mine = np.full(8, node.Get_rank() + 1, np.int64)
+    addrs = node.allgather(mine.__array_interface__["data"][0])
+    if ok and node.Get_size() > 1:
+        q = (node.Get_rank() + 1) % node.Get_size()
+        got = np.zeros(8, np.int64)
+        try:
+            read(got, Remote(pids[q], addrs[q], got.nbytes, q))
+            ok = bool((got == q + 1).all())
+        except OSError:
+            ok = False
+    from mpi4py import MPI
+    ok = bool(node.allreduce(int(ok), op=MPI.MIN))
+    node.Barrier()  # every peer has read ``mine`` before it goes
+    return pids if ok else None

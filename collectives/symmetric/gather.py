@@ -1,0 +1,77 @@
+"""The direct all-gather (a part of Direct, see direct.py).
+
+Every rank copies every peer's piece into ``out``: from the peer's heap
+array, its stage copy, or, offered in place, its private input with
+process_vm_readv (cma.py). Peers' pieces first, then DONE, then the own
+piece's copy (so an owner waiting for its readers overlaps their last
+copy), then, when peers read our input in place, the wait for their DONE.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .allreduce import _flat
+from .cma import CMA_WIN, Remote, cma_read
+from .signals import DONE
+from .stage import ranges_of as _ranges
+
+
+class AllGather:
+    """Direct's all-gather (a mixin: the state and helpers are Direct's)."""
+
+    def all_gather(self, ctx, hdr, x, out, counts, xloc, ranges=None):
+        """Every rank's x into out at its offset, or with ``ranges`` (per node rank, a
+        tuple of (offset in out, count)) each rank's x split over those ranges."""
+        dt = x.dtype
+        base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
+                           max(sum(c for _, c in r) for r in ranges) * dt.itemsize, kind="all_gather",
+                           cma=ranges is None)
+        if self.via_ring:
+            return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
+        ckey = tuple(counts) if ranges is None else ranges
+        wkey = ("ag", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
+        work = self._work.get(wkey)
+        if work is None or work[0] is not x or work[1] is not out:
+            work = self._bind(wkey, x, out, self._ag_work(x, out, xloc, ckey, ranges or _ranges(counts)))
+        peers, own = work[2]
+        for dst, src in peers:
+            if type(src) is Remote:
+                cma_read(ctx, dst, src)
+            else:
+                np.copyto(dst, src)
+        if ctx.tracer is not None:
+            self._trace(ctx, "direct all-gather", [(q, q, sum(c for _, c in rq) * dt.itemsize)
+                                                   for q, rq in enumerate(ranges or _ranges(counts))])
+        # done reading peers: say so before our own piece's copy, which overlaps their reading
+        self.sig.flag[0] = base + DONE
+        for dst, src in own:
+            np.copyto(dst, src)
+        if xloc is not None or self.offered:  # peers read our x in place: wait until they are done
+            self.sig.wait_all(ctx, base + DONE, "done reading")
+
+    def _ag_work(self, x, out, xloc, ckey, ranges):
+        """([(destination view, source) per peer's piece], [the same for our own]) for
+        these x and out; a source is a view, or a cma.Remote read in place."""
+        dt, r = x.dtype, self.rank
+        pieces = self._cached(("ag", dt, ckey, self._key), lambda: self._ag_plan(dt, ranges))
+        of, xf, peers, own = _flat(out), _flat(x), [], []
+        for sl, src, q, at in pieces:
+            if q == r and xloc is None:  # staged or offered: our own piece straight from x
+                src = xf[at:at + sl.stop - sl.start]
+                if np.shares_memory(src, of):
+                    continue  # in place: already there (x is our piece of out)
+            (own if q == r else peers).append((of[sl], src))
+        return peers, own
+
+    def _ag_plan(self, dt, ranges):
+        plan = []
+        for q, rq in enumerate(ranges):
+            loc, at = self.sig.loc(q, 0), 0
+            src = None if loc[0] == CMA_WIN else self._src(q, sum(c for _, c in rq), dt)
+            for o, c in rq:
+                piece = Remote(self.pids[q], loc[1] + at * dt.itemsize, c * dt.itemsize, self.sig.world[q]) \
+                    if src is None else src[at:at + c]
+                plan.append((slice(o, o + c), piece, q, at))
+                at += c
+        return plan
+
