@@ -76,9 +76,10 @@ class Writer:
             return self.d._staged_view(q, par, count * dt.itemsize).view(dt)
         return self.d.heap.peer_view(q, loc, count, dt)
 
-    def start(self, par, x, xloc, dst, stage_bytes, kind) -> bool:
+    def start(self, par, x, xloc, dst, stage_bytes, kind, parts=None) -> bool:
         """Direct._start's steps for a call whose every input is where it was; False
-        where this call would take another road (the ring, a stage window to grow)."""
+        where this call would take another road (the ring, a stage window to grow).
+        ``parts``: the (offset, count) ranges of x peers read, copied in alone (stage.py)."""
         d, staged = self.d, any(s[0] == -1 for s in self.src)
         offered = self.src[self.rank][0] == CMA_WIN  # our input read in place by peers (cma.py)
         if staged:
@@ -89,7 +90,9 @@ class Writer:
                 return False
             self.stage = d._stage
         if xloc is None and not offered:  # our input staged, copied in before posting (the window is large enough)
-            self.copy(d._staged_view(self.rank, par, x.nbytes).view(x.dtype), x)
+            stage = d._staged_view(self.rank, par, x.nbytes).view(x.dtype)
+            for o, c in parts or ((0, x.size),):
+                self.copy(stage[o:o + c], x[o:o + c])
         self.post(par, xloc if xloc is not None else self.src[self.rank] if offered else (-1, -1), dst, INPUT)
         self.wait_peers(READY, 0)
         self.hcheck(par)
@@ -148,7 +151,8 @@ def reduce_scatter(w, d, x, out, op, counts, xloc) -> bool:
         return False
     (o, c), = ranges_of(counts)[r]
     for par in (0, 1):
-        if not w.start(par, x, xloc, (-1, -1), x.nbytes, "reduce_scatter"):
+        parts = d._rs_parts(x, out, xloc, counts, None, tuple(counts))  # staged: only what peers read
+        if not w.start(par, x, xloc, (-1, -1), x.nbytes, "reduce_scatter", parts):
             return False
         dst = out[:c]
         srcs = [w.src_view(q, par, x.size, dt)[o:o + c] for q in range(n)]
