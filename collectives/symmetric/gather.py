@@ -25,7 +25,7 @@ class AllGather:
         dt = x.dtype
         base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
                            max(sum(c for _, c in r) for r in ranges) * dt.itemsize, kind="all_gather",
-                           cma=ranges is None)
+                           cma=ranges is None and not np.may_share_memory(x, out))
         if self.via_ring:
             return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
         ckey = tuple(counts) if ranges is None else ranges

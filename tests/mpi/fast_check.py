@@ -164,8 +164,8 @@ def faults():
 
 
 def cma():
-    """Ordinary all-gather pieces from cma.MIN_BYTES are read in place (process_vm_readv):
-    even and uneven pieces, in place or not, a heap input on rank 0 too; repeated, so
+    """Ordinary all-gather pieces from cma.MIN_BYTES are read in place (process_vm_readv)
+    unless x is inside out (then staged): even and uneven pieces, a heap input on rank 0 too; repeated, so
     the C programs (CMAREAD) take the later calls. COLLECTIVES_CMA=0: staged instead."""
     from collectives.symmetric.cma import MIN_BYTES
     comm = Communicator(timeout=60)

@@ -161,7 +161,9 @@ for counts in ([piece, piece], [piece + 5, 0], [3, piece]):
         o[lo:lo + counts[rank]] = x0
         sent[0] = 0
         comm.all_gather(o[lo:lo + counts[rank]], out=o, counts=None if even else counts)
-        check(label + " in place", o, want, base, sent[0], msgs)
+        # in place (x inside out): staged, which is the ring past the stage limit (cma.py offers only
+        # inputs outside out: in place, staging copies as much and needs no wait for readers)
+        check(label + " in place", o, want, base, sent[0], 1 if counts[rank] else 0)
 
 for c in (staging, plain, mpi):
     c.close()
