@@ -1,6 +1,6 @@
 """Writing a call's C program (see fast.py): the op words, one collective at a time.
 
-``_Writer`` appends ops (csrc/fastpath.c names them) for one epoch parity at a
+``Writer`` appends ops (csrc/fastpath.c names them) for one epoch parity at a
 time; ``all_reduce``, ``reduce_scatter`` and ``all_gather`` write a call's two
 programs the way Direct runs it (direct.py, allreduce.py, gather.py), or say
 False where that call would take another road.
@@ -82,6 +82,8 @@ class Writer:
         ``parts``: the (offset, count) ranges of x peers read, copied in alone (stage.py)."""
         d, staged = self.d, any(s[0] == -1 for s in self.src)
         offered = self.src[self.rank][0] == CMA_WIN  # our input read in place by peers (cma.py)
+        if kind != "all_gather" and any(s[0] == CMA_WIN for s in self.src):
+            return False  # only all-gathers offer inputs in place (cma.py)
         if staged:
             if d.stage_max is not None and stage_bytes > d.stage_max[kind]:
                 return False  # the ring over MPI
