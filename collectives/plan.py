@@ -76,21 +76,10 @@ class Plan:
     def take(self, x, out) -> tuple[Array, Array | None] | None:
         """The adapted (x, out) for this call when ``x`` and ``out`` are this plan's objects,
         unchanged in every way its checks saw; else None (make a new plan)."""
-        if self.xref() is not x or x.shape != self.xshape or x.dtype is not self.xdtype:
+        if not _unchanged(x, self.xref, self.xshape, self.xdtype, self.xsig, self.xnp):
             return None
-        if self.xnp:
-            if x.flags.num != self.xsig:
-                return None
-        elif x.data_ptr() != self.xsig or not x.is_contiguous():
-            return None
-        if self.oref is not None:  # out is neither None nor x
-            if self.oref() is not out or out.shape != self.oshape or out.dtype is not self.odtype:
-                return None
-            if self.onp:
-                if out.flags.num != self.osig:
-                    return None
-            elif out.data_ptr() != self.osig or not out.is_contiguous():
-                return None
+        if self.oref is not None and not _unchanged(out, self.oref, self.oshape, self.odtype, self.osig, self.onp):
+            return None  # (oref None: out is None or x)
         xa, oa = self.xa, self.oa
         if xa is None:  # held weakly: views made again (the checks passed at the plan's making)
             xa = _again(x, self.xflat, "x", False)
@@ -99,6 +88,17 @@ class Plan:
         if self.fresh:
             oa = xa.kind.empty(xa, self.n)
         return xa, oa
+
+
+def _unchanged(a, ref, shape, dtype, sig, is_numpy: bool) -> bool:
+    """Whether ``a`` is the plan's object (``ref``), unchanged in shape, dtype and, for a
+    numpy array, flags (contiguity, writability), for a CPU tensor, data pointer and
+    contiguity."""
+    if ref() is not a or a.shape != shape or a.dtype is not dtype:
+        return False
+    if is_numpy:
+        return a.flags.num == sig
+    return a.data_ptr() == sig and a.is_contiguous()
 
 
 def _again(t, flat, name: str, writable: bool) -> Array:

@@ -121,12 +121,13 @@ def build(comm, p, xa, oa):
     sym = comm._symmetric
     if not ENABLED or sym is None or sym.hier is not None or comm.tracer is not None:
         return None
+    from ..dispatch import _host  # the numpy array the direct path works on
     from . import programs  # the extension is there (ENABLED)
 
     d, kind = sym.direct, p.kind
     if kind == "barrier":
         return _barrier(d, programs.Writer(d, p.hdr))
-    x, out = _host_flat(xa), _host_flat(oa)
+    x, out = _flat(_host(xa)), _flat(_host(oa))
     if x.dtype not in programs.DTYPES or max(x.nbytes, out.nbytes) > (MAX_COPY_BYTES if kind == "all_gather" else MAX_BYTES):
         return None
     w = programs.Writer(d, p.hdr)
@@ -145,10 +146,6 @@ def build(comm, p, xa, oa):
         return None
     # (the caller's arrays are not kept: a plan hit means they live, unchanged, where they were)
     return Program(d, w.words, w.stage, w.keep, p.fast_rebuilds)
-
-
-def _host_flat(a):
-    return _flat(a.obj if type(a.obj) is np.ndarray else a.flat)
 
 
 def _barrier(d, w):
