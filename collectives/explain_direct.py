@@ -9,7 +9,8 @@ numpy array per rank that every thread can see: ``StandInHeap`` gives
 such arrays. Driving the real code (rather than re-deriving its schedule)
 means that what explain shows is what runs: the header agreement, the
 flags, which rank reads which bytes of whose buffer, and the two phases of
-a large all-reduce (one phase up to ``SMALL_BYTES``, on two ranks up to ``ONE_PHASE_2_BYTES``). The reads are
+a large all-reduce (one phase up to ``SMALL_BYTES``; above, with every
+out in the heap, each rank writes its reduced segment into every out). The reads are
 recorded by the code's own trace events (phase "direct ..."), checked
 against ``volumes.direct_volumes`` and every result against numpy.
 """
@@ -27,7 +28,7 @@ from .header import ALGORITHMS, COLLECTIVES, make_header
 from .kernels import NUMPY_KERNELS
 from .schedule import offsets, split_counts
 from .simulate import simulate
-from .symmetric.allreduce import ONE_PHASE_2_BYTES, SMALL_BYTES
+from .symmetric.allreduce import SMALL_BYTES
 from .symmetric.direct import Direct
 from .symmetric.signals import Signals
 from .trace import Tracer
@@ -132,8 +133,9 @@ def direct_counts(op: str, world: int, count: int, dtype, counts=None) -> tuple[
     or an even split."""
     dt = np.dtype(dtype)
     if op == "all_reduce":
-        nbytes = count * dt.itemsize  # explain's inputs are heap arrays, never reduced in place
-        one_phase = nbytes <= SMALL_BYTES or (world == 2 and nbytes <= ONE_PHASE_2_BYTES)
+        # explain's inputs and outputs are heap arrays, never reduced in place: above
+        # SMALL_BYTES every rank's segment is pushed into every out (allreduce.one_phase_2)
+        one_phase = count * dt.itemsize <= SMALL_BYTES
         return split_counts(count, world, max(1, 64 // dt.itemsize)), one_phase
     return (list(counts) if counts is not None else split_counts(count, world)), False
 
@@ -215,8 +217,10 @@ def reference(run: DirectRun) -> list[np.ndarray]:
 
 PHASES = {"direct read": "every rank reduces the whole vector, reading every peer's input in rank order",
           "direct reduce-scatter": "each rank reduces its own segment, reading it from every peer's input",
-          "direct all-gather": "each rank copies every peer's piece (in an all-reduce: a peer's reduced"
-                               " segment, once the peer's flag says REDUCED)",
+          "direct all-gather": "each rank gets every peer's piece: copies it (in an all-reduce: a peer's"
+                               " reduced segment, once the peer's flag says REDUCED), or, in an all-reduce"
+                               " whose every out is in the heap, the segment's owner writes it into every"
+                               " out straight after reducing it",
           "direct broadcast": "every rank but the root copies the root's buffer"}
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _fastpath as _c  # only imported once fast.py found the extension
 from ..agree import NF
-from .allreduce import ONE_PHASE_2_BYTES, SMALL_BYTES, STAGE_DST
+from .allreduce import ONE_PHASE_2_BYTES, SMALL_BYTES, STAGE_DST, one_phase_2
 from .cma import CMA_WIN
 from .cma import address as _addr
 from .signals import AREA, DONE, INPUT, READY
@@ -62,6 +62,8 @@ class Writer:
             self.cur += [_c.COPY, _addr(dst), _addr(src), dst.nbytes]
 
     def reduce(self, op, dst, srcs):
+        if len(srcs) == 1:  # one rank: the C loop combines at least two
+            return self.copy(dst, srcs[0])
         self.cur += [_c.REDUCE, DTYPES[dst.dtype], _OPS[op], _addr(dst), dst.size, len(srcs),
                      *(_addr(s) for s in srcs)]
 
@@ -123,9 +125,9 @@ def all_reduce(w, d, x, out, op, xloc, oloc) -> bool:
     if not _reducible(dt, op):
         return False
     staged = any(s[0] == -1 for s in w.src)
-    in_place = any(s[0] == t[0] >= 0 and abs(s[1] - t[1]) < x.nbytes for s, t in zip(w.src, w.dst))
-    if not (x.nbytes <= SMALL_BYTES or (n == 2 and (staged or (x.nbytes <= ONE_PHASE_2_BYTES and not in_place)))):
-        return False  # two phases
+    if not (x.nbytes <= SMALL_BYTES or (n == 2 and (staged or (
+            x.nbytes <= ONE_PHASE_2_BYTES and one_phase_2(w.src, w.dst, x.nbytes))))):
+        return _ar_push(w, d, x, out, op, xloc, oloc)  # two phases
     # out overlaps our heap input, which peers read: reduced aside, copied once every peer is done
     aside = xloc is not None and oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
     tmp = np.empty_like(x) if aside else None
@@ -190,4 +192,26 @@ def all_gather(w, d, x, out, counts, xloc) -> bool:
         if xloc is not None or offered:
             w.wait_peers(DONE, 2)
         w.end()
+    return True
+
+
+def _ar_push(w, d, x, out, op, xloc, oloc) -> bool:
+    """The two-phase all-reduce where every destination is in the heap and no input
+    is staged (allreduce.py's push: reduce a chunk, write it into every
+    destination, done): the chunks are the Python plan's own views, which are the
+    same in both epoch parities when nothing is staged."""
+    if oloc is None or xloc is None or any(s[0] < 0 for s in w.src) or tuple(w.dst[d.rank]) != tuple(oloc):
+        return False
+    nbytes, chunks, gathers, _ = d._ar_plan(out, x.size, x.dtype, tuple(w.dst), None)
+    if gathers is not None:  # some destination private or overlapping its source: the pull
+        return False
+    for par in (0, 1):
+        if not w.start(par, x, xloc, oloc, x.nbytes, "all_reduce"):
+            return False
+        for dst, srcs, pushes in chunks:
+            w.reduce(op, dst, srcs)
+            for p in pushes:
+                w.copy(p, dst)
+        w.finish(xloc)
+    w.keep.append(chunks)
     return True
