@@ -26,10 +26,14 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 
 from .communicator import Communicator
 from .errors import CollectiveError
-from .torch_ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
+from .torch_ops import DoneWork, FutureWork, OneWork, Stage, plain_op as _plain_op, premul_factor, reduce_op, same_length
 from .torch_mpi import MpiCalls
 from .torch_rooted import GroupNames, RootedCollectives
 from .work import Work
+
+
+# torch 2.13 says on every options object whether the call blocks (older torch does not: async path)
+_BLOCKING = all(hasattr(o(), "asyncOp") for o in (AllreduceOptions, AllgatherOptions, ReduceScatterOptions))
 
 
 class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.ProcessGroup):
@@ -65,11 +69,27 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         return f"<RingzeroProcessGroup {self._group_name!r} rank {self.comm.rank}/{self.comm.size}>"
 
     # ---------------------------------------------------------- collectives
+    # The one-tensor lanes (allreduce, all_gather_single, reduce_scatter_single on
+    # tensors the Communicator takes as they are): blocking (``opts.asyncOp``
+    # False), the collective runs on the caller's thread and the lane returns None,
+    # torch's own "finished already" (every blocking dist.* call, the only callers
+    # that set asyncOp False, skips wait() on None; a Work costs ~1.5 us, and an
+    # error is raised here, as wait() would have). Else the call is queued and the
+    # lane returns a OneWork (its future, made when asked for, completes from the
+    # progress thread; a waiter runs the collective itself when it is next in
+    # line). The lanes are written out, with no closure or helper between torch
+    # and the Communicator: each Python call there cost ~0.2 us of a 1 KiB call's ~6.
     def allreduce(self, tensors, opts=AllreduceOptions()):
-        op, factor = reduce_op(opts.reduceOp, "allreduce")
-        if len(tensors) == 1 and factor is None and tensors[0].is_contiguous():
+        ro = opts.reduceOp
+        op = _plain_op(ro)
+        if op is not None and len(tensors) == 1:
             t = tensors[0]  # the common call (DDP's buckets too): nothing to stage
-            return self._one(lambda a: self.comm.all_reduce(t, op=op, out=t, async_op=a), tensors, opts)
+            if t.is_contiguous():
+                if _BLOCKING and not opts.asyncOp:
+                    self.comm.all_reduce(t, op=op, out=t)
+                    return None
+                return OneWork(self.comm.all_reduce(t, op=op, out=t, async_op=True), tensors)
+        op, factor = reduce_op(ro, "allreduce")
         stage = Stage()
         launches = []
         for t in tensors:
@@ -85,7 +105,10 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
     def all_gather_single(self, output, input, opts=AllgatherOptions()):
         if output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and output.numel() == input.numel() * self.comm.size:  # FSDP2's common call: nothing to stage
-            return self._one(lambda a: self.comm.all_gather(input, out=output, async_op=a), [output], opts)
+            if _BLOCKING and not opts.asyncOp:
+                self.comm.all_gather(input, out=output)
+                return None
+            return OneWork(self.comm.all_gather(input, out=output, async_op=True), [output])
         return self.all_gather_single_coalesced([output], [input], opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=AllgatherOptions()):
@@ -101,11 +124,13 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         return self._start(launches, list(outputs), stage, opts)
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
-        op, factor = reduce_op(opts.reduceOp, "reduce_scatter")
-        if factor is None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
+        op = _plain_op(opts.reduceOp)
+        if op is not None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and input.numel() == output.numel() * self.comm.size:  # the common call: nothing to stage
-            return self._one(lambda a: self.comm.reduce_scatter(input, op=op, out=output, async_op=a),
-                             [output], opts)
+            if _BLOCKING and not opts.asyncOp:
+                self.comm.reduce_scatter(input, op=op, out=output)
+                return None
+            return OneWork(self.comm.reduce_scatter(input, op=op, out=output, async_op=True), [output])
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=ReduceScatterOptions()):
@@ -176,21 +201,6 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
     alltoall_base = MpiCalls.all_to_all_single
 
     # ----------------------------------------------------------- execution
-    def _one(self, launch, outputs, opts):
-        """One collective on tensors the Communicator takes as they are: blocking
-        (``opts.asyncOp`` False), run here and return None; else queue it and
-        return a OneWork over it (its future, made when asked for, completes from the
-        progress thread; a waiter runs the collective itself when it is next in line).
-
-        None is torch's own "finished already": every blocking ``dist.*`` call
-        (the only callers that set asyncOp False) calls ``wait()`` on a Work and
-        skips it on None. Making a Work costs ~1.5 us, a tenth of a small call's
-        whole overhead; an error is raised here, as wait() would have."""
-        if not getattr(opts, "asyncOp", True):
-            launch(False)
-            return None
-        return OneWork(launch(True), outputs)
-
     def _start(self, launches, outputs, stage, opts=None):
         """Run the collectives; return a torch Work whose future holds ``outputs``.
 
