@@ -541,13 +541,12 @@ def main(argv=None) -> int:
         if rank == 0:
             membw = measure_membw()
             say(f"# memory bandwidth (copy, read + write), measured now: {membw:.2f} GB/s")
-            for op in ops:  # what memory alone allows each collective (collectives/volumes.py), and the best at the top size
-                roof = memory_roofline(op, n, membw)
+            for op in ops:  # what memory alone allows each collective (collectives/volumes.py), and each algorithm
+                roof = memory_roofline(op, n, membw)  # at the top size: where the roofline, not the code, bounds a ratio
                 top = [r for r in records if r["op"] == op and r["bytes"] == max(q["bytes"] for q in records)]
-                best = max(top, key=lambda r: r["busbw"], default=None)
                 say(f"# memory roofline of {op} on {n} ranks (each input read once, each output written once): "
-                    f"{roof:.2f} GB/s busbw" + (f"; {best['algorithm']} at {best['bytes']} B: {best['busbw']:.2f} "
-                                                f"GB/s = {best['busbw'] / roof:.0%}" if best else ""))
+                    f"{roof:.2f} GB/s busbw" + (f"; at {top[0]['bytes']} B: " if top else "") + ", ".join(
+                        f"{r['algorithm']} {r['busbw']:.2f} GB/s = {r['busbw'] / roof:.0%}" for r in top))
         for r in records:
             r["membw_gbps"] = membw
             r["roofline_gbps"] = memory_roofline(r["op"], n, membw) if membw else None
