@@ -1,12 +1,16 @@
 """The direct all-reduce (a part of Direct, see direct.py).
 
-Two phases: each rank reduces its segment into its destination (``out`` when
-that is in the heap, else symmetric scratch, or its stage window when its
-input is staged), raises its flag, and copies each peer's reduced segment as
-soon as that peer's flag says it is there. One phase: every rank reduces the
-whole vector, in rank order, so every rank computes the same bits; that is
-how all-reduces up to ``SMALL_BYTES`` run, and on two ranks staged ones and
-heap ones up to ``ONE_PHASE_2_BYTES`` not reduced in place.
+Push (every rank's ``out`` in the heap): each rank reduces its own segment
+chunk by chunk and writes each chunk, still in cache, into every rank's
+``out``; then done. Pull (some ``out`` private): each rank reduces its
+segment into its destination (``out`` when that is in the heap, else
+symmetric scratch, or its stage window when its input is staged), raises its
+flag, and copies each peer's reduced segment as soon as that peer's flag says
+it is there. One phase: every rank reduces the whole vector, in rank order,
+so every rank computes the same bits; that is how all-reduces up to
+``SMALL_BYTES`` run, and on two ranks staged ones and heap ones up to
+``ONE_PHASE_2_BYTES`` that neither push nor reduce in place
+(``one_phase_2``). docs/symmetric.md has the measurements behind each.
 """
 from __future__ import annotations
 

@@ -19,9 +19,9 @@ runs in Python and the program is rewritten). A header mismatch or a peer that
 never arrives is raised by the Python path from the same slots, with the same
 messages.
 
-Programs cover, on one node with no tracer: all-reduce (the one-phase kind),
-reduce-scatter and all-gather of up to ``MAX_BYTES``, and
-the barrier; float32/64 with sum and prod, int32/64 with sum, prod, max and
+Programs cover, on one node with no tracer: all-reduce (one phase, and the
+push when no input is staged), reduce-scatter and all-gather of up to
+``MAX_BYTES``, and the barrier; float32/64 with sum and prod, int32/64 with sum, prod, max and
 min (numpy's float max/min treat signed zeros in ways a C comparison does not
 reproduce; half types accumulate in float32 in Python). Everything else, and
 everything when the extension was not built or ``COLLECTIVES_FAST=0``, runs

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _fastpath as _c  # only imported once fast.py found the extension
 from ..agree import NF
-from .allreduce import ONE_PHASE_2_BYTES, SMALL_BYTES, STAGE_DST, one_phase_2
+from .allreduce import ONE_PHASE_2_BYTES, SMALL_BYTES, STAGE_DST, one_phase_2, pushable
 from .cma import CMA_WIN
 from .cma import address as _addr
 from .signals import AREA, DONE, INPUT, READY
@@ -200,11 +200,10 @@ def _ar_push(w, d, x, out, op, xloc, oloc) -> bool:
     is staged (allreduce.py's push: reduce a chunk, write it into every
     destination, done): the chunks are the Python plan's own views, which are the
     same in both epoch parities when nothing is staged."""
-    if oloc is None or xloc is None or any(s[0] < 0 for s in w.src) or tuple(w.dst[d.rank]) != tuple(oloc):
+    if oloc is None or xloc is None or any(s[0] < 0 for s in w.src) or tuple(w.dst[d.rank]) != tuple(oloc) \
+            or not pushable(w.src, w.dst, x.nbytes):  # some destination private: the pull, in Python
         return False
     nbytes, chunks, gathers, _ = d._ar_plan(out, x.size, x.dtype, tuple(w.dst), None)
-    if gathers is not None:  # some destination private or overlapping its source: the pull
-        return False
     for par in (0, 1):
         if not w.start(par, x, xloc, oloc, x.nbytes, "all_reduce"):
             return False

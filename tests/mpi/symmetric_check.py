@@ -98,6 +98,16 @@ def grid():
                 check(f"reduce_scatter input kept {tag}", x, mine)
             if op != "sum":
                 continue
+            for count in COUNTS[-1:] + BIG:  # ranks on different roads in one call: push, then pull
+                mine, want = data(count, rank, dt, op), expected(count, dt, op)
+                x = hx[:count]
+                x[:] = mine
+                got = comm.all_reduce(x, out=x if rank == 0 else ho[:count])  # push: rank 0 in place
+                check(f"all_reduce rank 0 in place, others heap out {dname} count={count}", got, want)
+                x[:] = mine
+                got = comm.all_reduce(x, out=None if rank == n - 1 else ho[:count])  # pull: one private out
+                check(f"all_reduce rank {n - 1} private out, others heap out {dname} count={count}", got, want)
+                check(f"all_reduce input kept (mixed roads) {dname} count={count}", x, mine)
             for count in COUNTS[:6]:
                 for cts in ([count] * n, [count + q for q in range(n)], uneven(count * n)):
                     x = hx[:cts[rank]]
