@@ -36,8 +36,9 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
         assert abs(r["busbw"] - r["algbw"] * factor) < 1e-12 + 1e-9 * r["busbw"]
         assert len(r["rounds_us"]) == 3
         # at least -n iterations a block; calls of a few us run more often, to fill --block-ms (2 ms)
-        # (from a three-call estimate, so only the clear cases are checked)
-        assert 3 <= r["iters"] <= 5000 and (r["iters"] > 3 or r["time_us"] > 100), r
+        # (from a three-call estimate, so only the clear cases are checked: a Gloo call's
+        # first three can take ~1 ms and its later ones ~90 us)
+        assert 3 <= r["iters"] <= 5000 and (r["iters"] > 3 or r["time_us"] > 20), r
         assert abs(r["time_us"] - statistics.median(r["rounds_us"])) < 1e-6
         for base in ("mpi", "gloo"):  # the ratio columns are the medians of the round-by-round ratios
             if r["algorithm"] == base:
