@@ -233,8 +233,8 @@ DIRECT_RUNNERS = {
         self._symmetric.direct.all_reduce(ctx, hdr, _host(xa), _host(oa), op, xl, ol),
     "reduce_scatter": lambda self, ctx, hdr, xa, oa, in_place, op, counts, xl:
         self._symmetric.direct.reduce_scatter(ctx, hdr, _host(xa), _host(oa), counts, op, xl),
-    "all_gather": lambda self, ctx, hdr, xa, oa, in_place, counts, xl:
-        self._symmetric.direct.all_gather(ctx, hdr, _host(xa), _host(oa), counts, xl),
+    "all_gather": lambda self, ctx, hdr, xa, oa, in_place, counts, xl, ol:
+        self._symmetric.direct.all_gather(ctx, hdr, _host(xa), _host(oa), counts, xl, oloc=ol),
     "broadcast": lambda self, ctx, hdr, xa, oa, in_place, root, xl:
         self._symmetric.direct.broadcast(ctx, hdr, _host(xa), _host(oa), root, xl),
     "barrier": lambda self, ctx, hdr, xa, oa, in_place: self._symmetric.direct.barrier(ctx, hdr),
@@ -247,8 +247,8 @@ DIRECT_NUMPY_RUNNERS = {
         self._symmetric.direct.all_reduce(ctx, hdr, xa.obj, oa.obj, op, xl, ol),
     "reduce_scatter": lambda self, ctx, hdr, xa, oa, in_place, op, counts, xl:
         self._symmetric.direct.reduce_scatter(ctx, hdr, xa.obj, oa.obj, counts, op, xl),
-    "all_gather": lambda self, ctx, hdr, xa, oa, in_place, counts, xl:
-        self._symmetric.direct.all_gather(ctx, hdr, xa.obj, oa.obj, counts, xl),
+    "all_gather": lambda self, ctx, hdr, xa, oa, in_place, counts, xl, ol:
+        self._symmetric.direct.all_gather(ctx, hdr, xa.obj, oa.obj, counts, xl, oloc=ol),
     "broadcast": lambda self, ctx, hdr, xa, oa, in_place, root, xl:
         self._symmetric.direct.broadcast(ctx, hdr, xa.obj, oa.obj, root, xl),
 }
@@ -263,7 +263,7 @@ def runner(sym, kind: str, xa: Array | None, oa: Array | None, args: tuple):
     if xa is None:
         return DIRECT_RUNNERS[kind], args
     loc = sym.heap.locate
-    places = (loc(_host(xa)), loc(_host(oa))) if kind == "all_reduce" else (loc(_host(xa)),)
+    places = (loc(_host(xa)), loc(_host(oa))) if kind in ("all_reduce", "all_gather") else (loc(_host(xa)),)
     # (a fresh out is of x's kind: numpy when x is)
     numpy = type(xa.obj) is np.ndarray and type(oa.obj) is np.ndarray
     return (DIRECT_NUMPY_RUNNERS if numpy else DIRECT_RUNNERS)[kind], args + places

@@ -187,7 +187,7 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
         elif op == "reduce_scatter":
             direct.reduce_scatter(ctx, hdr, x, out, segs, "sum", heap.locate(x))
         elif op == "all_gather":
-            direct.all_gather(ctx, hdr, x, out, segs, heap.locate(x))
+            direct.all_gather(ctx, hdr, x, out, segs, heap.locate(x), oloc=heap.locate(out))
         else:
             direct.broadcast(ctx, hdr, x, out, root, heap.locate(x))
         tracer.end(label, rank=r)

@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+REPEAT = 4  # calls per case in fast_check.py
+
 from conftest import MPI_SCRIPTS, ROOT, mpi_env, mpirun_cmd
 
 fastpath = pytest.importorskip("collectives._fastpath", reason="the C extension was not built (no C compiler)")
@@ -139,3 +141,17 @@ def test_large_all_gather_pieces_are_read_in_place(n, cma):
         # input is in the heap
         assert r["offered"] == (0 if cma == "0" else 12 if r["rank"] == 0 else 24), r
         assert r["runs"] > 0
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_pushed_all_gathers_and_all_reduces_match_numpy(n):
+    """Heap inputs and outs past the push limits: each owner writes its piece (all-gather)
+    or reduced segment (all-reduce) into every out, in Python on a plan's first call
+    and in C after: exact, even and uneven pieces, in place or not, and beside a rank
+    whose private out makes the same calls pull."""
+    for r in _run(n, "push"):
+        assert r["nfail"] == 0 and r["cases"] == 2 * 3 * 4 * 2, r["failures"]
+        assert r["pushed"] == 2 * 2, r  # heap and in place, both splits; not beside a private out
+        # in C: every call but each plan's first (all-gather: 2 x 3 cases; all-reduce: heap and in place,
+        # twice; private outs pull, in Python, where a rank's in-place heap all-reduce reduces aside)
+        assert r["runs"] >= 2 * 3 * (REPEAT - 1), r

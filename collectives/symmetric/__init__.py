@@ -161,7 +161,7 @@ class Symmetric:
     def all_gather(self, ctx, hdr, x, out, counts):
         if self.hier is not None:
             return self.hier.all_gather(ctx, hdr, x, out, counts)
-        return self.direct.all_gather(ctx, hdr, x, out, counts, self.heap.locate(x))
+        return self.direct.all_gather(ctx, hdr, x, out, counts, self.heap.locate(x), oloc=self.heap.locate(out))
 
     def broadcast(self, ctx, hdr, x, out, root):
         if self.hier is not None:

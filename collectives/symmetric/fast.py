@@ -138,8 +138,8 @@ def build(comm, p, xa, oa):
         op, counts, xloc = p.args
         ok = programs.reduce_scatter(w, d, x, out, op, counts, xloc)
     elif kind == "all_gather":
-        counts, xloc = p.args
-        ok = programs.all_gather(w, d, x, out, counts, xloc)
+        counts, xloc, oloc = p.args
+        ok = programs.all_gather(w, d, x, out, counts, xloc, oloc)
     else:
         return None
     if not ok:

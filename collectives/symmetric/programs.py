@@ -167,17 +167,29 @@ def reduce_scatter(w, d, x, out, op, counts, xloc) -> bool:
     return True
 
 
-def all_gather(w, d, x, out, counts, xloc) -> bool:
+def all_gather(w, d, x, out, counts, xloc, oloc) -> bool:
     """Peers' pieces first (views, or read in place with process_vm_readv), then done
     reading, then our own piece's copy, then the wait when peers read our input: the
-    order of Direct.all_gather."""
+    order of Direct.all_gather. The push (every input and out in the heap) writes
+    the Python plan's own chunks, the same in both epoch parities."""
     r, dt = d.rank, x.dtype
     offered = w.src[r][0] == CMA_WIN
     if offered and d.pids is None:
         return False
+    dst = oloc if oloc is not None else (-1, -1)
+    if tuple(w.dst[r]) != tuple(dst):
+        return False
+    push = d._ag_push_plan(x.size, dt, tuple(counts)) if dst[0] >= 0 else None
     for par in (0, 1):
-        if not w.start(par, x, xloc, (-1, -1), max(counts) * dt.itemsize, "all_gather"):
+        if not w.start(par, x, xloc, dst, max(counts) * dt.itemsize, "all_gather"):
             return False
+        if push is not None:
+            for src, dsts in push:
+                for t in dsts:
+                    w.copy(t, src)
+                    src = t
+            w.finish(0)
+            continue
         own = None
         for q, ((o, c),) in enumerate(ranges_of(counts)):
             if q == r:
@@ -192,6 +204,8 @@ def all_gather(w, d, x, out, counts, xloc) -> bool:
         if xloc is not None or offered:
             w.wait_peers(DONE, 2)
         w.end()
+    if push is not None:
+        w.keep.append(push)
     return True
 
 

@@ -8,6 +8,8 @@
   fast_check.py changed  one rank alternates between two heap arrays under the
                          others' one plan: their programs stop after the header
                          check and the Python path finishes the call
+  fast_check.py push     all-gathers and all-reduces whose owners write into every
+                         out (heap inputs and outs), even and uneven, in place
   fast_check.py faults   after many C calls: a mismatched call raises
                          MismatchError on every rank; an absent peer raises
                          CollectiveTimeout naming it
@@ -194,6 +196,45 @@ def cma():
     comm.close()
 
 
-{"grid": grid, "changed": changed, "faults": faults, "cma": cma}[mode]()
+def push():
+    """Every input and out in the heap, large enough to be pushed (gather.PUSH_MIN_BYTES,
+    allreduce.SMALL_BYTES): the owner of each piece or segment writes it into every
+    out. Even and uneven pieces, in place or not, repeated so the later calls run as
+    C programs; a rank whose out is private in the same calls makes them pull."""
+    from collectives.symmetric.gather import PUSH_MIN_BYTES
+    comm = Communicator(timeout=60)
+    total = PUSH_MIN_BYTES // 4 + 13 * n  # float32 elements of out: past the limit, not divisible by n
+    hx, ho = comm.alloc((total + n * n,), np.float32), comm.alloc((total + n * n,), np.float32)
+    pushed = 0
+    for even in (True, False):
+        counts = [total // n + (0 if even else q) for q in range(n)]
+        lo = sum(counts[:rank])
+        for where in ("heap", "in place", "private out on the last rank"):
+            out = np.empty(sum(counts), np.float32) if where.startswith("private") and rank == n - 1 else \
+                ho[:sum(counts)]
+            x = out[lo:lo + counts[rank]] if where == "in place" else hx[:counts[rank]]
+            plans = comm._symmetric.direct._plans
+            plans.clear()  # so that what is left after the case is this case's
+            for call in range(REPEAT):
+                xs = [np.arange(counts[q], dtype=np.float32) * (q + 2) + call for q in range(n)]
+                x[:] = xs[rank]
+                check(f"push all_gather even={even} {where} #{call}",
+                      comm.all_gather(x, out=out, counts=None if even else counts), np.concatenate(xs))
+            pushed += any(k[0] == "agpush" and v is not None for k, v in plans.items())
+        k = 65536 + 13  # the all-reduce's push (from SMALL_BYTES; C programs up to fast.MAX_BYTES)
+        for where in ("heap", "in place", "private out on the last rank"):
+            x = hx[:k]
+            out = x if where == "in place" else np.empty(k, np.float32) if where.startswith("private") and \
+                rank == n - 1 else ho[:k]
+            for call in range(REPEAT):
+                xs = inputs(k, np.float32, "sum", call)
+                x[:] = xs[rank]
+                check(f"push all_reduce {where} #{call}", comm.all_reduce(x, out=out), reduce_all(xs, "sum"))
+    extra["pushed"] = pushed
+    extra["runs"] = runs(comm)
+    comm.close()
+
+
+{"grid": grid, "changed": changed, "faults": faults, "cma": cma, "push": push}[mode]()
 print(json.dumps({"rank": rank, "cases": cases, "failures": failures[:10], "nfail": len(failures), **extra}),
       flush=True)

@@ -108,6 +108,16 @@ def grid():
                 got = comm.all_reduce(x, out=None if rank == n - 1 else ho[:count])  # pull: one private out
                 check(f"all_reduce rank {n - 1} private out, others heap out {dname} count={count}", got, want)
                 check(f"all_reduce input kept (mixed roads) {dname} count={count}", x, mine)
+            if dname == "float32" and n > 1:  # outs past gather.PUSH_MIN_BYTES: each owner writes its piece
+                c = top // n - n
+                for cts in ([c] * n, [c - q for q in range(n)]):
+                    for in_place in (False, True):
+                        lo, o = sum(cts[:rank]), ho[:sum(cts)]
+                        x = o[lo:lo + cts[rank]] if in_place else hx[:cts[rank]]
+                        x[:] = data(cts[rank], rank, dt)
+                        want = np.concatenate([data(cts[q], q, dt) for q in range(n)])
+                        check(f"all_gather pushed in_place={in_place} counts={cts}", comm.all_gather(
+                            x, counts=cts, out=o), want)
             for count in COUNTS[:6]:
                 for cts in ([count] * n, [count + q for q in range(n)], uneven(count * n)):
                     x = hx[:cts[rank]]
