@@ -71,3 +71,17 @@ def test_ddp_bench_without_free():
     rows = table_rows(p.stdout)
     assert [row[2] for row in rows] == ["ringzero", "gloo"] and rows[0][7].endswith("x")
     assert rows[0][8] == rows[0][9] == "-" and "# free =" not in p.stdout
+
+
+def test_torch_heap_bench_checks_and_reports(tmp_path):
+    """bench/torch_heap.py on 2 ranks: heap, ordinary and Gloo all-reduces through dist.*, every
+    result checked (an uneven size: segments not divisible by the ranks), one row per size."""
+    p = run_mpi(2, ROOT / "bench" / "torch_heap.py", "--sizes", "64K,1028", "--rounds", "1", timeout=240)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    rows = [line.split() for line in p.stdout.splitlines() if line.strip() and line.split()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == [65536, 1028], p.stdout
+    for r in rows:
+        heap, ordinary, gloo = (float(v) for v in r[1:4])
+        assert min(heap, ordinary, gloo) > 0
+        assert abs(float(r[5].rstrip("x")) - ordinary / heap) < 0.01 * ordinary / heap + 0.01
+    assert "# wrong values: 0 OK" in p.stdout
