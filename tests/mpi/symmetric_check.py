@@ -244,7 +244,7 @@ def staged():
     comm = Communicator(timeout=30)
     extra["stage"] = bool(comm._symmetric and comm._symmetric.stage)
     comm.tracer = t = Tracer()
-    heap = comm.alloc((200000 * n,), np.float32)
+    heap, hout = comm.alloc((200000 * n,), np.float32), comm.alloc((200000 * n,), np.float32)
     for count in (0, 5, 1000, 20000 * n, 200000 * n):  # the last: past every default limit, staged here
         for mixed in (False, True):
             x = heap[:count] if mixed and rank == 0 else np.empty(count, np.float32)
@@ -261,6 +261,9 @@ def staged():
             check(f"staged broadcast count={count}", comm.broadcast(x, root=n - 1), data(count, n - 1, np.float32))
             comm.all_reduce(x, out=x)
             check(f"staged all_reduce in place count={count} mixed={mixed}", x, want)
+            x[:] = data(count, rank, np.float32)  # staged inputs, outs in the heap (pushed on 3 ranks)
+            check(f"staged all_reduce heap out count={count} mixed={mixed}", comm.all_reduce(x, out=hout[:count]),
+                  want)
     comm.tracer = None
     phases = {e.get("phase") for e in t.data_events()}
     if n > 1 and not any(str(p).startswith("direct") for p in phases):
