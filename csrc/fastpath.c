@@ -45,7 +45,7 @@
 #include <time.h>
 
 enum { OP_END, OP_COPY, OP_POST, OP_WAIT, OP_HCHECK, OP_LCHECK, OP_REDUCE, OP_RAISE, OP_CMAREAD };
-#define BIG_BYTES (256 * 1024) /* copies this large run with the GIL released */
+#define BIG_BYTES (256 * 1024) /* copies and reductions this large run with the GIL released */
 enum { DT_F32, DT_F64, DT_I32, DT_I64 };
 enum { RED_SUM, RED_PROD, RED_MAX, RED_MIN };
 
@@ -222,14 +222,23 @@ static int64_t execute(const int64_t *prog, int64_t base, double deadline, doubl
             if (memcmp(PTR(w[1]), w + 2, 4 * 8)) return RC_CHANGED;
             at += 6;
             break;
-        case OP_REDUCE:
-            if (reduce(w[1], w[2], PTR(w[3]), w[4], w[5], w + 6)) {
+        case OP_REDUCE: {
+            int bad;
+            if (w[4] * (w[1] == DT_F32 || w[1] == DT_I32 ? 4 : 8) < BIG_BYTES) {
+                bad = reduce(w[1], w[2], PTR(w[3]), w[4], w[5], w + 6);
+            } else { /* a pushed chunk: other threads run meanwhile, as during numpy's ufuncs */
+                Py_BEGIN_ALLOW_THREADS
+                bad = reduce(w[1], w[2], PTR(w[3]), w[4], w[5], w + 6);
+                Py_END_ALLOW_THREADS
+            }
+            if (bad) {
                 PyErr_Format(PyExc_ValueError, "fastpath: no reduction for dtype %lld, op %lld", (long long)w[1],
                              (long long)w[2]);
                 return RC_SIGNAL;
             }
             at += 6 + w[5];
             break;
+        }
         case OP_RAISE:
             store_release(PTR(w[1]), base + w[2]);
             at += 3;
