@@ -14,6 +14,8 @@ so every rank computes the same bits; that is how all-reduces up to
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..schedule import offsets, split_counts
@@ -51,6 +53,13 @@ def one_phase_2(srcs, dsts, nbytes) -> bool:
     return not any(s[0] == d[0] >= 0 and abs(s[1] - d[1]) < nbytes for s, d in zip(srcs, dsts))
 
 
+class Pushed(NamedTuple):
+    """A pushed all-reduce's plan: our segment's bytes and its chunks (_push_plan)."""
+
+    nbytes: int
+    chunks: list
+
+
 def _counts(count, n, dt):
     """Every rank's segment of an all-reduce (in elements; whole cache lines)."""
     return split_counts(count, n, max(1, 64 // dt.itemsize))
@@ -84,8 +93,8 @@ class AllReduce:
             scratch = self.heap.scratch(x.nbytes)
         key = ("ar", count, dt, locs, scratch.index if scratch else -1, id(out) if oloc is None else 0)
         plan = self._cached(key, lambda: self._ar_plan(out, count, dt, self._locs(1), scratch))
-        if plan[2] is None:  # every destination in the heap: reduce, write into every one
-            return self._ar_push(ctx, base, op, plan[1], plan[0], count, dt)
+        if type(plan) is Pushed:  # every destination in the heap: reduce, write into every one
+            return self._ar_push(ctx, base, op, plan, count, dt)
         srcs, mine, gathers, _ = plan
         self._reduce(op, mine, srcs)
         if ctx.tracer is not None:
@@ -100,14 +109,14 @@ class AllReduce:
             self._trace(ctx, "direct all-gather", [(q, q, src.nbytes) for q, _, src in gathers])
         self._finish(ctx, base, None if xloc is None and oloc is None else 0)  # peers read our out when in the heap
 
-    def _ar_push(self, ctx, base, op, chunks, nbytes, count, dt):
-        for d, srcs, pushes in chunks:
+    def _ar_push(self, ctx, base, op, plan, count, dt):
+        for d, srcs, pushes in plan.chunks:
             self._reduce(op, d, srcs)
             for p in pushes:
                 np.copyto(p, d)
         n = self.size
         if ctx.tracer is not None:
-            self._trace(ctx, "direct reduce-scatter", [(q, self.rank, nbytes) for q in range(n)])
+            self._trace(ctx, "direct reduce-scatter", [(q, self.rank, plan.nbytes) for q in range(n)])
         self._finish(ctx, base)  # every peer done: every segment is in our out
         if ctx.tracer is not None:  # what landed in our out: each peer's segment, written by its owner
             self._trace(ctx, "direct all-gather", [(q, q, c * dt.itemsize) for q, c in
@@ -117,15 +126,13 @@ class AllReduce:
         return pushable([self.sig.loc(q, 0) for q in range(self.size)], dlocs, nbytes)
 
     def _push_plan(self, srcs, mine, pushes):
-        """Chunks of our segment: (destination, sources, the peers' destinations). A
-        chunk is read from every input before it is written anywhere, so a rank
+        """Our segment's chunks, each (destination, sources, the peers' destinations).
+        A chunk is read from every input before it is written anywhere, so a rank
         reducing in place overwrites only inputs already read (only the segment's
         owner touches it, in any buffer)."""
-        it = mine.itemsize
-        step = max(1, PUSH_CHUNK_BYTES // it)
-        chunks = [(mine[lo:lo + step], [s[lo:lo + step] for s in srcs], [p[lo:lo + step] for p in pushes])
-                  for lo in range(0, mine.size, step)]
-        return mine.nbytes, chunks, None, None
+        step = max(1, PUSH_CHUNK_BYTES // mine.itemsize)
+        return Pushed(mine.nbytes, [(mine[lo:lo + step], [s[lo:lo + step] for s in srcs],
+                                     [p[lo:lo + step] for p in pushes]) for lo in range(0, mine.size, step)])
 
     def _two_phases(self, nbytes):
         """Two ranks, a heap input: whether the call takes two phases anyway (from the
@@ -137,7 +144,7 @@ class AllReduce:
         v = self._plans.get(key)
         if v is None:
             srcs, dsts = self._locs(0), self._locs(1)
-            v = self._cached(key, lambda: one_phase_2(srcs, dsts, nbytes) is False)
+            v = self._cached(key, lambda: not one_phase_2(srcs, dsts, nbytes))
         return v
 
     def _ar_one_phase(self, ctx, base, x, out, op, xloc, oloc):
@@ -180,6 +187,8 @@ class AllReduce:
             self._finish(ctx, base)
 
     def _ar_plan(self, out, count, dt, dlocs, scratch):
+        """The push's plan (Pushed) when it applies, else the pull's: (our sources,
+        our destination segment, [(peer, where in out, its reduced segment)], out)."""
         n, r = self.size, self.rank
         counts = _counts(count, n, dt)
         offs = offsets(counts)

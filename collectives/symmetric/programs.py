@@ -217,7 +217,7 @@ def _ar_push(w, d, x, out, op, xloc, oloc) -> bool:
     if oloc is None or xloc is None or any(s[0] < 0 for s in w.src) or tuple(w.dst[d.rank]) != tuple(oloc) \
             or not pushable(w.src, w.dst, x.nbytes):  # some destination private: the pull, in Python
         return False
-    nbytes, chunks, gathers, _ = d._ar_plan(out, x.size, x.dtype, tuple(w.dst), None)
+    chunks = d._ar_plan(out, x.size, x.dtype, tuple(w.dst), None).chunks  # a Pushed (pushable above)
     for par in (0, 1):
         if not w.start(par, x, xloc, oloc, x.nbytes, "all_reduce"):
             return False
