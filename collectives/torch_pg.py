@@ -26,7 +26,8 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 
 from .communicator import Communicator
 from .errors import CollectiveError
-from .torch_ops import DoneWork, FutureWork, OneWork, Stage, plain_op as _plain_op, premul_factor, reduce_op, same_length
+from .torch_ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
+from .torch_ops import plain_op as _plain_op
 from .torch_mpi import MpiCalls
 from .torch_rooted import GroupNames, RootedCollectives
 from .work import Work
