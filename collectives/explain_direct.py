@@ -218,9 +218,9 @@ def reference(run: DirectRun) -> list[np.ndarray]:
 PHASES = {"direct read": "every rank reduces the whole vector, reading every peer's input in rank order",
           "direct reduce-scatter": "each rank reduces its own segment, reading it from every peer's input",
           "direct all-gather": "each rank gets every peer's piece: copies it (in an all-reduce: a peer's"
-                               " reduced segment, once the peer's flag says REDUCED), or, in an all-reduce"
-                               " whose every out is in the heap, the segment's owner writes it into every"
-                               " out straight after reducing it",
+                               " reduced segment, once the peer's flag says REDUCED), or, when every out is"
+                               " in the heap (all-reduces; all-gathers from 1 MiB), the owner writes its"
+                               " segment or piece into every out, from cache",
           "direct broadcast": "every rank but the root copies the root's buffer"}
 
 

@@ -124,10 +124,13 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
     whole = sum(counts)
     if show_buffers is None:
         show_buffers = whole <= 64
+    evs = run.tracer.data_events()
+    pushed = any(e.get("pushed") for e in evs)
     lines = [f"{run.op} of {whole} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks, direct reads "
              f"(symmetric/direct.py over a stand-in heap)",
-             "every buffer is in the node's symmetric heap: each rank reads its peers' buffers in place and "
-             "writes only its own; nothing is sent"]
+             "every buffer is in the node's symmetric heap: each rank reads its peers' buffers in place and " +
+             ("writes its own segment (or piece) into every rank's output (the push: memory sees each input "
+              "read once and each output written once)" if pushed else "writes only its own") + "; nothing is sent"]
     if run.op == "all_reduce":
         lines.append(f"segments (elements, 64-byte aligned as the direct path cuts them): {counts}" +
                      (f"; one phase: all-reduces up to {SMALL_BYTES} B" if run.one_phase else ""))
@@ -145,7 +148,6 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
     lines += ["", "post: every rank writes its header (and where its buffers live) into its own control slot and "
               "raises its flag to READY; each waits for every peer's flag and compares every header before "
               "reading a byte (a mismatch raises on every rank)"]
-    evs = run.tracer.data_events()
     phases = expected_phases(run)
     for i, phase in enumerate(phases):
         lines += ["", f"phase {i + 1}/{len(phases)}: {phase}: {PHASES[phase]}"]
@@ -159,7 +161,11 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
                 what = f"reduced seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its output"
             else:
                 what = f"seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its input"
-            lines.append(f"  rank {e['rank']} reads from rank {q}: {what}, {e['nbytes']} B")
+            if e.get("pushed"):  # the owner wrote it into this rank's out
+                what = what.replace("its output", "its own output")
+                lines.append(f"  rank {q} writes into rank {e['rank']}'s out: {what}, {e['nbytes']} B")
+            else:
+                lines.append(f"  rank {e['rank']} reads from rank {q}: {what}, {e['nbytes']} B")
     lines += ["", "done: every rank raises its flag to DONE and waits for every peer's before returning "
               "(the caller may then overwrite its buffers)"]
     if show_buffers:
@@ -168,7 +174,8 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
                   for r in range(n)]
     lines.append("")
     segs = "" if run.op == "broadcast" else f", s_i = segment i: {', '.join(str(c * it) for c in counts)} B"
-    lines.append(f"bytes read (B = {run.nbytes} B{segs}):")
+    lines.append(f"bytes read (B = {run.nbytes} B{segs}" + ("; a pushed piece counts as read by the rank it was "
+                                                          "written to" if pushed else "") + "):")
     got, want = run.tracer.totals(), expected_reads(run)
     for r in range(n):
         v = want[r]

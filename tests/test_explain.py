@@ -221,6 +221,10 @@ def test_cli_direct():
     p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--count", "9000",
                         "--algorithm", "direct"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 0 and "phase 2/2: direct all-gather" in p.stdout and "FAIL" not in p.stdout, p.stderr
+    # every out is in explain's heap: the owners write the reduced segments (the push), and explain says so
+    assert "rank 1 writes into rank 0's out: reduced seg 1 [2256:4512) of its own output, 9024 B" in p.stdout
+    assert "rank 0 reads from rank 1: seg 0 [0:2256) of its input, 9024 B" in p.stdout  # (4 ranks by default)
+    assert "(the push: memory sees each input read once" in p.stdout
     p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--algorithm", "direct", "--chunk",
                         "2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and "ring only" in p.stderr

@@ -120,7 +120,7 @@ class AllReduce:
         self._finish(ctx, base)  # every peer done: every segment is in our out
         if ctx.tracer is not None:  # what landed in our out: each peer's segment, written by its owner
             self._trace(ctx, "direct all-gather", [(q, q, c * dt.itemsize) for q, c in
-                                                   enumerate(_counts(count, n, dt)) if q != self.rank])
+                                                   enumerate(_counts(count, n, dt)) if q != self.rank], pushed=True)
 
     def _pushable(self, dlocs, nbytes) -> bool:
         return pushable([self.sig.loc(q, 0) for q in range(self.size)], dlocs, nbytes)

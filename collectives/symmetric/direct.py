@@ -180,14 +180,17 @@ class Direct(AllReduce, AllGather):
         if op == "avg":
             NUMPY_KERNELS.scale(dst, self.size)
 
-    def _trace(self, ctx, phase, reads):
+    def _trace(self, ctx, phase, reads, pushed=False):
         """Record direct reads as receives (the trace's byte totals and Chrome view
-        show them beside the ring's): ``reads`` is [(node rank, segment, bytes)]."""
+        show them beside the ring's): ``reads`` is [(node rank, segment, bytes)].
+        ``pushed``: the bytes were written into our out by their owner (the push),
+        not read by us; recorded alike, marked so (explain says who copied)."""
         w = self.sig.world
+        more = {"pushed": True} if pushed else {}
         for q, seg, nbytes in reads:
             if q != self.rank and nbytes:
                 ctx.tracer.event("recv", rank=ctx.rank, label=ctx.label, phase=phase, step=0, peer=w[q], seg=seg,
-                                  nbytes=int(nbytes))
+                                  nbytes=int(nbytes), **more)
 
     def _finish(self, ctx, base, xloc=0):
         """Done reading peers' buffers; return once every peer is too. A rank whose

@@ -71,7 +71,7 @@ class AllGather:
                 src = d  # the next copy reads what is now in cache
         self._finish(ctx, base)
         if ctx.tracer is not None:  # what landed in our out: each peer's piece, written by its owner
-            self._trace(ctx, "direct all-gather", [(q, q, c * dt.itemsize) for q, c in enumerate(counts)])
+            self._trace(ctx, "direct all-gather", [(q, q, c * dt.itemsize) for q, c in enumerate(counts)], pushed=True)
 
     def _ag_push_plan(self, count, dt, counts):
         """[(source chunk, [destination chunks])] for our piece when every rank's input
