@@ -2,15 +2,20 @@
 
 ``x`` and ``out`` come as the caller passed them (any shape, C-contiguous);
 what is read and written are flat views. A call posts its header with where its
-source (and, for an all-reduce, its destination) lives, waits until every
-peer has posted, compares the headers (signals.py), and only then reads:
+source (and, for an all-reduce or all-gather, its destination) lives, waits
+until every peer has posted, compares the headers (signals.py), and only then
+reads:
 
 - reduce-scatter: each rank reduces its own segment reading every peer's
   source segment, in cache-sized chunks (the partial result stays in cache
   while the next peer's chunk streams in), straight into ``out``.
-- all-gather (gather.py): each rank copies every peer's piece into ``out``.
-- all-reduce (allreduce.py): the two with no copy in between, or one phase
-  where every rank reduces the whole vector.
+- all-gather (gather.py): each rank copies every peer's piece into ``out``;
+  or, when every input and ``out`` is in the heap, writes its own piece into
+  every ``out`` (the push).
+- all-reduce (allreduce.py): the reduce-scatter, then each reduced segment
+  written by its owner into every ``out`` (the push, every ``out`` in the
+  heap) or copied by every peer (the pull); or one phase where every rank
+  reduces the whole vector.
 - broadcast: every rank copies the root's buffer.
 
 Each element is read once from each rank and written once. Before
