@@ -28,7 +28,8 @@ from .header import ALGORITHMS, COLLECTIVES, make_header
 from .kernels import NUMPY_KERNELS
 from .schedule import offsets, split_counts
 from .simulate import simulate
-from .symmetric.allreduce import SMALL_BYTES
+from .symmetric.allreduce import SMALL_BYTES, one_phase_2
+from .symmetric.allreduce import one_phase as ar_one_phase
 from .symmetric.direct import Direct
 from .symmetric.signals import Signals
 from .trace import Tracer
@@ -133,9 +134,11 @@ def direct_counts(op: str, world: int, count: int, dtype, counts=None) -> tuple[
     or an even split."""
     dt = np.dtype(dtype)
     if op == "all_reduce":
-        # explain's inputs and outputs are heap arrays, never reduced in place: above
-        # SMALL_BYTES every rank's segment is pushed into every out (allreduce.one_phase_2)
-        one_phase = count * dt.itemsize <= SMALL_BYTES
+        # the path's own rule for explain's layout: every input in one heap window, every
+        # out in another (never in place), nothing staged
+        heap_x, heap_out = [(0, 0)] * world, [(1, 0)] * world
+        one_phase = ar_one_phase(world, count * dt.itemsize, False,
+                                 lambda nbytes: not one_phase_2(heap_x, heap_out, nbytes))
         return split_counts(count, world, max(1, 64 // dt.itemsize)), one_phase
     return (list(counts) if counts is not None else split_counts(count, world)), False
 

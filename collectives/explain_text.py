@@ -157,12 +157,11 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
                 what = f"its whole input [0:{whole})"
             elif run.op == "all_gather":
                 what = f"its piece of {counts[q]} element{'s' * (counts[q] != 1)} into out [{offs[q]}:{offs[q + 1]})"
-            elif phase == "direct all-gather":
-                what = f"reduced seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its output"
+            elif phase == "direct all-gather":  # pushed: the owner wrote it from its own output
+                what = f"reduced seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its {'own ' * bool(e.get('pushed'))}output"
             else:
                 what = f"seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its input"
             if e.get("pushed"):  # the owner wrote it into this rank's out
-                what = what.replace("its output", "its own output")
                 lines.append(f"  rank {q} writes into rank {e['rank']}'s out: {what}, {e['nbytes']} B")
             else:
                 lines.append(f"  rank {e['rank']} reads from rank {q}: {what}, {e['nbytes']} B")

@@ -45,6 +45,15 @@ def pushable(srcs, dsts, nbytes) -> bool:
     return True
 
 
+def one_phase(n, nbytes, staged, two_phases) -> bool:
+    """Whether an all-reduce takes one phase (every rank reduces the whole vector):
+    up to SMALL_BYTES; on two ranks also when some input is staged, or up to
+    ONE_PHASE_2_BYTES unless ``two_phases(nbytes)`` (the posted locations say the
+    push applies or some rank reduces in place: one_phase_2). The one rule for
+    the Python path and the C programs (programs.py)."""
+    return nbytes <= SMALL_BYTES or (n == 2 and (staged or (nbytes <= ONE_PHASE_2_BYTES and not two_phases(nbytes))))
+
+
 def one_phase_2(srcs, dsts, nbytes) -> bool:
     """Two ranks, no input staged, up to ONE_PHASE_2_BYTES: one phase unless the
     push applies or some destination overlaps its heap source."""
@@ -80,8 +89,7 @@ class AllReduce:
         base = self._start(ctx, hdr, x, xloc, x.nbytes, dst)
         if self.via_ring:
             return self._by_ring(ctx, base, "all_reduce", x, out, None, op)
-        if x.nbytes <= SMALL_BYTES or (n == 2 and (self.staged or (
-                x.nbytes <= ONE_PHASE_2_BYTES and not self._two_phases(x.nbytes)))):
+        if one_phase(n, x.nbytes, self.staged, self._two_phases):
             return self._ar_one_phase(ctx, base, x, out, op, xloc, oloc)
         locs = self._key
         scratch = self._need_scratch.get(locs)

@@ -23,9 +23,9 @@ Programs cover, on one node with no tracer: one-phase all-reduces and
 reduce-scatters of up to ``MAX_BYTES``, pushed all-reduces (no input staged)
 and all-gathers of up to ``MAX_COPY_BYTES``, and the barrier; float32/64
 with sum and prod, int32/64 with sum, prod, max and min (numpy's float
-max/min treat signed zeros in ways a C comparison does not reproduce; half types accumulate in float32 in Python). Everything else, and
-everything when the extension was not built or ``COLLECTIVES_FAST=0``, runs
-in Python.
+max/min treat signed zeros in ways a C comparison does not reproduce; half
+types accumulate in float32 in Python). Everything else, and everything when
+the extension was not built or ``COLLECTIVES_FAST=0``, runs in Python.
 """
 from __future__ import annotations
 
@@ -53,7 +53,6 @@ MAX_BYTES = 1 << 20
 MAX_COPY_BYTES = 64 << 20
 MAX_REBUILDS = 4  # peers keep changing their arrays under one plan: stay in Python
 STEPS = ("header posted", "input staged", "done reading")  # what a WAIT waits for (timeouts name it)
-
 
 
 class Program:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _fastpath as _c  # only imported once fast.py found the extension
 from ..agree import NF
-from .allreduce import ONE_PHASE_2_BYTES, SMALL_BYTES, STAGE_DST, one_phase_2, pushable
+from .allreduce import STAGE_DST, one_phase, one_phase_2, pushable
 from .cma import CMA_WIN
 from .cma import address as _addr
 from .signals import AREA, DONE, INPUT, READY
@@ -125,8 +125,7 @@ def all_reduce(w, d, x, out, op, xloc, oloc) -> bool:
     if not _reducible(dt, op):
         return False
     staged = any(s[0] == -1 for s in w.src)
-    if not (x.nbytes <= SMALL_BYTES or (n == 2 and (staged or (
-            x.nbytes <= ONE_PHASE_2_BYTES and one_phase_2(w.src, w.dst, x.nbytes))))):
+    if not one_phase(n, x.nbytes, staged, lambda nbytes: not one_phase_2(w.src, w.dst, nbytes)):
         return _ar_push(w, d, x, out, op, xloc, oloc)  # two phases
     # out overlaps our heap input, which peers read: reduced aside, copied once every peer is done
     aside = xloc is not None and oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
