@@ -12,7 +12,8 @@ heap on every rank takes the direct path. Pieces:
 - direct.py: reduce-scatter, all-gather, all-reduce, broadcast, barrier
   within a node; stage.py: ordinary host arrays copied into a stage window
   (by default on two ranks of a node, see ``staged``); by_ring.py: staged
-  calls past their size limit run the ring.
+  calls past their size limit run the ring; pipe.py: from tens of megabytes,
+  all-reduces and all-gathers pipelined through shared memory instead.
 - hier.py: several nodes: direct within each node, the ring between them.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mpi4py import MPI
 from .cma import probe
 from .direct import Direct
 from .heap import Heap, node_comm
+from .pipe import pipe_min
 from .signals import Signals
 
 # Staging ordinary host arrays by default (COLLECTIVES_STAGE unset): where a staged
@@ -94,6 +96,7 @@ def staged(comm):
     sym.direct.pids = probe(node)  # large all-gather pieces read in place where the kernel allows (cma.py)
     if mode == "auto":
         sym.direct.stage_max = STAGE_MAX_BYTES
+    sym.direct.pipe_min = pipe_min(mode)  # the largest staged calls: the pipe (pipe.py)
     return sym
 
 

@@ -86,8 +86,11 @@ class AllReduce:
         # destination: out when in the heap; else our stage window when x is staged
         # (our own copy: reduce there in place, STAGE_DST); else symmetric scratch
         dst = oloc if oloc is not None else (STAGE_DST, 0) if xloc is None else (-1, -1)
-        base = self._start(ctx, hdr, x, xloc, x.nbytes, dst)
+        pipe = self.pipe_min is not None and self._piped("all_reduce", x.nbytes, dt, op)
+        base = self._start(ctx, hdr, x, xloc, x.nbytes, dst, pipe=pipe)
         if self.via_ring:
+            if pipe:
+                return self._by_pipe(ctx, base, "all_reduce", x, out, None, op)
             return self._by_ring(ctx, base, "all_reduce", x, out, None, op)
         if one_phase(n, x.nbytes, self.staged, self._two_phases):
             return self._ar_one_phase(ctx, base, x, out, op, xloc, oloc)

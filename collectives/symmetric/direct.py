@@ -43,6 +43,7 @@ from .cma import address as _addr
 from .cma import MIN_BYTES as CMA_MIN_BYTES
 from .fast import resumed
 from .gather import AllGather
+from .pipe import by_pipe, piped
 from .signals import DONE, INPUT, READY
 from .stage import copy_in, rs_parts
 from .stage import ranges_of as _ranges
@@ -70,6 +71,9 @@ class Direct(AllReduce, AllGather):
         # None stages every size)
         self.stage_max: dict | None = None
         self.via_ring = False
+        # per collective: staged calls at least this large take the pipe instead of the
+        # ring (pipe.py; set by staged(); None: never)
+        self.pipe_min: dict | None = None
         self._stage = None
         self._key = None
         self._resume = None  # (base, rc, program): a C program stopped in this call (fast.py)
@@ -92,7 +96,7 @@ class Direct(AllReduce, AllGather):
         return w.peers[q][o:o + nbytes]
 
     def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None, kind="all_reduce", parts=None,
-               cma=False):
+               cma=False, pipe=False):
         """Post, wait for every header, check; stage inputs that are not in the heap.
         A staged input is copied into the stage window before posting when the
         window is already large enough (then every rank's is: they only ever grow
@@ -101,10 +105,12 @@ class Direct(AllReduce, AllGather):
         ``parts``: the (offset, count) ranges of x that peers read (None: all).
         ``cma``: a private input of at least cma.MIN_BYTES is offered in place
         instead (peers read it with process_vm_readv, see cma.py).
+        ``pipe``: a staged call goes through the pipe (pipe.py), not copied in:
+        then ``via_ring`` says the call leaves the direct algorithms, for the pipe.
         Returns the call's flag base; ``self._key`` names every rank's locations
         for plan caches."""
         sig = self.sig
-        big = self.stage_max is not None and stage_bytes > self.stage_max[kind]
+        big = pipe or (self.stage_max is not None and stage_bytes > self.stage_max[kind])
         offer = self.offered = cma and xloc is None and self.pids is not None and stage_bytes >= CMA_MIN_BYTES
         copy = xloc is None and not offer and (root is None or root == self.rank)
         if self._resume is not None:  # a C program posted, waited and checked (fast.py)
@@ -208,6 +214,8 @@ class Direct(AllReduce, AllGather):
             sig.wait_all(ctx, base + DONE, "done reading")
 
     _by_ring = by_ring  # large staged calls: the ring over MPI (by_ring.py)
+    _by_pipe = by_pipe  # larger ones: the pipe (pipe.py)
+    _piped = piped
 
     # ------------------------------------------------------------ collectives
     def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc, ranges=None):

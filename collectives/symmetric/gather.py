@@ -32,10 +32,13 @@ class AllGather:
         ``oloc``: where out is in the heap (None: private)."""
         dt = x.dtype
         dst = oloc if oloc is not None and ranges is None else (-1, -1)
+        pipe = self.pipe_min is not None and ranges is None and self._piped("all_gather", out.nbytes, dt)
         base = self._start(ctx, hdr, x, xloc, max(counts) * dt.itemsize if ranges is None else
                            max(sum(c for _, c in r) for r in ranges) * dt.itemsize, dst, kind="all_gather",
-                           cma=ranges is None and not np.may_share_memory(x, out))
+                           cma=ranges is None and not pipe and not np.may_share_memory(x, out), pipe=pipe)
         if self.via_ring:
+            if pipe:
+                return self._by_pipe(ctx, base, "all_gather", x, out, counts, None)
             return self._by_ring(ctx, base, "all_gather", x, out, counts, None)
         if dst[0] >= 0:
             chunks = self._ag_push_plan(x.size, dt, tuple(counts))

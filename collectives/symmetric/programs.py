@@ -125,6 +125,8 @@ def all_reduce(w, d, x, out, op, xloc, oloc) -> bool:
     if not _reducible(dt, op):
         return False
     staged = any(s[0] == -1 for s in w.src)
+    if staged and d._piped("all_reduce", x.nbytes, dt, op):
+        return False  # the pipe (pipe.py): one C call already
     if not one_phase(n, x.nbytes, staged, lambda nbytes: not one_phase_2(w.src, w.dst, nbytes)):
         return _ar_push(w, d, x, out, op, xloc, oloc)  # two phases
     # out overlaps our heap input, which peers read: reduced aside, copied once every peer is done
@@ -176,8 +178,8 @@ def all_gather(w, d, x, out, counts, xloc, oloc) -> bool:
     if offered and d.pids is None:
         return False
     dst = oloc if oloc is not None else (-1, -1)
-    if tuple(w.dst[r]) != tuple(dst):
-        return False
+    if tuple(w.dst[r]) != tuple(dst) or (any(s[0] == -1 for s in w.src) and d._piped("all_gather", out.nbytes, dt)):
+        return False  # (staged and large: the pipe, pipe.py, one C call already)
     push = d._ag_push_plan(x.size, dt, tuple(counts)) if dst[0] >= 0 else None
     for par in (0, 1):
         if not w.start(par, x, xloc, dst, max(counts) * dt.itemsize, "all_gather"):

@@ -3,6 +3,7 @@
 Each node rank owns one slot in a control window and is its only writer:
 
   word 0            the flag: 8 * epoch + phase, only ever growing
+  words 1..3        the pipe's step counters (pipe.py), only ever growing
   words 8..8+W      header area for even epochs: the agreement header (see
                     agree.FIELDS), then where this rank's source and
                     destination live (window, byte offset; -1 when private)
@@ -80,6 +81,7 @@ class Signals:
         self._locs = [[memoryview(p[lo[a]:lo[a] + 32]) for p in w.peers] for a in range(2)]
         self.spin = 0.0 if oversubscribed else _SPIN_S
         self.epoch = 0
+        self.pipe_seq = 0  # pipe steps so far (pipe.py): the same on every rank
         heap.comm.Barrier()  # every slot zeroed before anyone polls it
 
     def post(self, hdr, src=_PRIVATE, dst=_PRIVATE, phase: int = READY) -> int:
