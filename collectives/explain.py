@@ -4,12 +4,17 @@
     python -m collectives.explain reduce_scatter --ranks 3 --count 10 --chunk 2
     python -m collectives.explain all_reduce --ranks 4 --count 16 --svg ring.svg
     python -m collectives.explain all_reduce --ranks 4 --count 9000 --algorithm direct
+    python -m collectives.explain all_reduce --ranks 2 --count 9000 --algorithm pipe
 
 The real ring algorithms (ring.py) run on simulated
 ranks: one thread per rank over the in-process transport, with a
 :class:`~collectives.trace.Tracer` that keeps a copy of every chunk that
 lands. Nothing here re-implements the schedule: every line printed comes from
 a recorded send, receive or reduce.
+
+``--algorithm pipe`` shows how the largest all-reduces and all-gathers of
+ordinary (private) arrays go: in chunks through slots in shared memory
+(collectives/symmetric/pipe.py), the same C loop that runs under mpirun.
 
 ``--algorithm direct`` shows the direct path instead (buffers in the node's
 symmetric heap, collectives/symmetric): which rank read which bytes of whose
@@ -58,22 +63,29 @@ def main(argv=None) -> int:
     ap.add_argument("--count", "-c", type=int, default=16, help="elements in the whole buffer (default 16)")
     ap.add_argument("--counts", help="elements per segment, comma-separated (uneven allowed), e.g. 5,0,3,1")
     ap.add_argument("--dtype", default="float32", choices=DTYPES)
-    ap.add_argument("--chunk", type=int, default=None, help="chunk size in elements (default: whole segments)")
+    ap.add_argument("--chunk", type=int, default=None, help="chunk size in elements (default: whole segments; "
+                    "the pipe: 256 KiB, rounded up to whole 64-byte lines)")
     ap.add_argument("--root", type=int, default=0, help="broadcast root")
     ap.add_argument("--buffers", action=argparse.BooleanOptionalAction, default=None,
                     help="print every rank's buffer after each step (default: when count <= 64)")
-    ap.add_argument("--algorithm", default="ring", choices=("ring", "direct"),
-                    help="ring (ring.py, default) or direct (reads of peers' buffers in the symmetric heap)")
+    ap.add_argument("--algorithm", default="ring", choices=("ring", "direct", "pipe"),
+                    help="ring (ring.py, default), direct (reads of peers' buffers in the symmetric heap) or "
+                         "pipe (private arrays in chunks through shared-memory slots: all_reduce, all_gather)")
     ap.add_argument("--svg", help="also draw the steps (direct: the phases) as an SVG diagram")
     ap.add_argument("--trace", help="also write the Chrome trace (one file per rank)")
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")] if args.counts else None
-    if args.algorithm == "direct":
-        if args.chunk:
-            ap.error("--chunk applies to the ring only (the direct path reads whole segments)")
+    if args.algorithm in ("direct", "pipe"):
+        if args.chunk and args.algorithm == "direct":
+            ap.error("--chunk applies to the ring and the pipe only (the direct path reads whole segments)")
         from .explain_direct import direct_checks, run_direct
+        from .symmetric.pipe import CHUNK_BYTES
+        from .dtypes import to_dtype
+        pipe = 0 if args.algorithm == "direct" else \
+            args.chunk * to_dtype(args.dtype).itemsize if args.chunk else CHUNK_BYTES
         try:
-            d = run_direct(args.op, args.ranks, args.count, dtype=args.dtype, root=args.root, counts=counts)
+            d = run_direct(args.op, args.ranks, args.count, dtype=args.dtype, root=args.root, counts=counts,
+                           pipe=pipe)
         except ValueError as e:
             ap.error(str(e))
         print(render_direct(d, args.buffers))

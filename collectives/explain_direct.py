@@ -121,6 +121,7 @@ class DirectRun:
     tracer: Tracer
     inputs: list
     outputs: list = field(default_factory=list)
+    pipe: int = 0  # the pipe's chunk in bytes when the run went through it (private arrays), else 0
 
     @property
     def nbytes(self) -> int:
@@ -144,7 +145,7 @@ def direct_counts(op: str, world: int, count: int, dtype, counts=None) -> tuple[
 
 
 def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root: int = 0,
-               counts: list[int] | None = None, timeout: float = 30.0) -> DirectRun:
+               counts: list[int] | None = None, timeout: float = 30.0, pipe: int = 0) -> DirectRun:
     """Run one direct collective on ``world`` simulated ranks over a stand-in heap.
 
     Args:
@@ -155,9 +156,19 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
       root: broadcast root.
       counts: elements per rank (reduce-scatter, all-gather; uneven allowed).
       timeout: each rank's deadline, in seconds.
+      pipe: private arrays (ordinary ones, not in the heap) through the pipe
+        (symmetric/pipe.py) in chunks of this many bytes (whole 64-byte lines);
+        0: every buffer in the heap. All-reduce and all-gather only.
     """
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; choose from {', '.join(OPS)}")
+    if pipe:
+        from .symmetric.pipe import _c as pipe_c
+        if op not in ("all_reduce", "all_gather"):
+            raise ValueError(f"the pipe runs all-reduces and all-gathers, not {op}")
+        if pipe_c is None:
+            raise ValueError("the pipe runs in C (csrc/fastpath.c), and the extension was not built")
+        pipe = max(64, -(-pipe // 64) * 64)
     if world < 1 or not 0 <= root < world:
         raise ValueError(f"bad world={world} or root={root}")
     if counts is not None and (op not in ("reduce_scatter", "all_gather") or len(counts) != world
@@ -168,9 +179,9 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
     n = sum(segs)
     node, tracer = _Node(world, timeout), Tracer()
     value = [10 ** r if world <= 8 else r + 1 for r in range(world)]
-    result = DirectRun(op, world, segs, dt, root, one_phase, tracer,
+    result = DirectRun(op, world, segs, dt, root, one_phase and not pipe, tracer,
                        [np.full(segs[r] if op == "all_gather" else n, value[r], dt) for r in range(world)],
-                       [None] * world)
+                       [None] * world, pipe)
     label = f"{op} #0"
 
     def body(comm):
@@ -178,9 +189,13 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
         heap = StandInHeap(node, r)
         sig = Signals(heap, list(range(world)), oversubscribed=True)
         direct = Direct(heap, sig)
-        x = heap.alloc(result.inputs[r].shape, dt)  # every rank allocates alike, in the same order
-        x[...] = result.inputs[r]
-        out = heap.alloc((segs[r] if op == "reduce_scatter" else n,), dt)
+        if pipe:  # private arrays, and the pipe from the first byte
+            direct.pipe_min, direct.pipe_chunk = {"all_reduce": 0, "all_gather": 0}, pipe
+            x, out = result.inputs[r].copy(), np.empty(n, dt)
+        else:
+            x = heap.alloc(result.inputs[r].shape, dt)  # every rank allocates alike, in the same order
+            x[...] = result.inputs[r]
+            out = heap.alloc((segs[r] if op == "reduce_scatter" else n,), dt)
         hdr = make_header(0, COLLECTIVES[op], OP_CODES["sum"] if op in ("all_reduce", "reduce_scatter") else 0,
                           dtype_code(dt), n, 0, root if op == "broadcast" else 0, ALGORITHMS["ring"], 0, 0, 0)
         ctx = Context(comm.transport, NUMPY_KERNELS, label, timeout, 1, None, tracer)
@@ -224,13 +239,20 @@ PHASES = {"direct read": "every rank reduces the whole vector, reading every pee
                                " reduced segment, once the peer's flag says REDUCED), or, when every out is"
                                " in the heap (all-reduces; all-gathers from 1 MiB), the owner writes its"
                                " segment or piece into every out, from cache",
-          "direct broadcast": "every rank but the root copies the root's buffer"}
+          "direct broadcast": "every rank but the root copies the root's buffer",
+          "pipelined reduce-scatter": "chunk by chunk, each rank copies its chunks of every peer's segment into"
+                                      " its slots in shared memory; each rank reduces its own segment from its"
+                                      " input and the peers' slots, in rank order, and streams it into its out",
+          "pipelined all-gather": "each rank streams every peer's chunks into its out from the peer's slots"
+                                  " (in an all-reduce: the reduced ones), while they are still in cache"}
 
 
 def expected_phases(run: DirectRun) -> list[str]:
     """The phases that read bytes, in order (none on one rank or with nothing to move)."""
     if run.world == 1 or run.nbytes == 0:
         return []
+    if run.pipe:
+        return (["pipelined reduce-scatter"] if run.op == "all_reduce" else []) + ["pipelined all-gather"]
     return {"all_reduce": ["direct read"] if run.one_phase else ["direct reduce-scatter", "direct all-gather"],
             "reduce_scatter": ["direct reduce-scatter"], "all_gather": ["direct all-gather"],
             "broadcast": ["direct broadcast"]}[run.op]

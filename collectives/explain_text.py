@@ -126,11 +126,22 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
         show_buffers = whole <= 64
     evs = run.tracer.data_events()
     pushed = any(e.get("pushed") for e in evs)
-    lines = [f"{run.op} of {whole} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks, direct reads "
-             f"(symmetric/direct.py over a stand-in heap)",
-             "every buffer is in the node's symmetric heap: each rank reads its peers' buffers in place and " +
-             ("writes its own segment (or piece) into every rank's output (the push: memory sees each input "
-              "read once and each output written once)" if pushed else "writes only its own") + "; nothing is sent"]
+    if run.pipe:
+        from .symmetric.pipe import DEPTH
+        lines = [f"{run.op} of {whole} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks, pipelined "
+                 f"(symmetric/pipe.py and csrc/fastpath.c's pipe, over a stand-in heap)",
+                 f"every buffer is private to its rank (an ordinary array, as the largest staged calls have): the "
+                 f"ranks hand each other chunks of {run.pipe} B through {DEPTH} slots each in shared memory, taken "
+                 f"while still in cache, and every write into out is a streaming store; nothing is sent",
+                 f"steps: {max(-(-c * it // run.pipe) for c in counts)} (the most chunks in a segment); in each, "
+                 f"every rank moves the same chunk of every segment and counts the step in its control slot"]
+    else:
+        lines = [f"{run.op} of {whole} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks, direct reads "
+                 f"(symmetric/direct.py over a stand-in heap)",
+                 "every buffer is in the node's symmetric heap: each rank reads its peers' buffers in place and " +
+                 ("writes its own segment (or piece) into every rank's output (the push: memory sees each input "
+                  "read once and each output written once)" if pushed else "writes only its own") +
+                 "; nothing is sent"]
     if run.op == "all_reduce":
         lines.append(f"segments (elements, 64-byte aligned as the direct path cuts them): {counts}" +
                      (f"; one phase: all-reduces up to {SMALL_BYTES} B" if run.one_phase else ""))
@@ -157,16 +168,25 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
                 what = f"its whole input [0:{whole})"
             elif run.op == "all_gather":
                 what = f"its piece of {counts[q]} element{'s' * (counts[q] != 1)} into out [{offs[q]}:{offs[q + 1]})"
-            elif phase == "direct all-gather":  # pushed: the owner wrote it from its own output
+            elif phase in ("direct all-gather", "pipelined all-gather"):  # an all-reduce's reduced segments
                 what = f"reduced seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its {'own ' * bool(e.get('pushed'))}output"
             else:
                 what = f"seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its input"
-            if e.get("pushed"):  # the owner wrote it into this rank's out
+            if run.pipe:  # through the owner's slots, chunk by chunk
+                what = what.replace("of its own output", "of its output")
+                slots = "reduced slots" if phase == "pipelined all-gather" and run.op == "all_reduce" else "slots"
+                lines.append(f"  rank {e['rank']} takes from rank {q}: {what}, through rank {q}'s {slots}, "
+                             f"{e['nbytes']} B")
+            elif e.get("pushed"):  # the owner wrote it into this rank's out
                 lines.append(f"  rank {q} writes into rank {e['rank']}'s out: {what}, {e['nbytes']} B")
             else:
                 lines.append(f"  rank {e['rank']} reads from rank {q}: {what}, {e['nbytes']} B")
-    lines += ["", "done: every rank raises its flag to DONE and waits for every peer's before returning "
-              "(the caller may then overwrite its buffers)"]
+    if run.pipe:
+        lines += ["", "done: every rank raises its flag to DONE and returns: nobody reads its private buffers, and "
+                  "a slot is written again only once every peer's step counter says it took what the slot held"]
+    else:
+        lines += ["", "done: every rank raises its flag to DONE and waits for every peer's before returning "
+                  "(the caller may then overwrite its buffers)"]
     if show_buffers:
         lines.append("outputs:")
         lines += [f"  rank {r}: {format_buffer(run.outputs[r].astype(np.float64), [run.outputs[r].size])}"

@@ -161,7 +161,7 @@ def _direct_svg(run) -> str:
     inputs = [placed(run.inputs[r], offs[r] if run.op == "all_gather" else 0) for r in range(n)]
     final = [placed(run.outputs[r], offs[r] if run.op == "reduce_scatter" else 0) for r in range(n)]
     own = [np.where(np.isin(np.arange(whole), np.arange(offs[r], offs[r + 1])), final[r], np.nan) for r in range(n)]
-    panels = [("inputs (in the heap)", inputs, [])]
+    panels = [("inputs (private: the pipe)" if run.pipe else "inputs (in the heap)", inputs, [])]
     phases = expected_phases(run)
     evs = run.tracer.data_events()
     for i, ph in enumerate(phases):
@@ -169,7 +169,7 @@ def _direct_svg(run) -> str:
         reads = [{"rank": e["peer"], "peer": e["rank"], "nbytes": e["nbytes"], "seg": e["seg"],
                   "read_label": f"{e['nbytes']} B" if whole_reads else f"s{e['seg']} {e['nbytes']} B"}
                  for e in evs if e["phase"] == ph]
-        after = own if ph == "direct reduce-scatter" and run.op == "all_reduce" else final
+        after = own if ph in ("direct reduce-scatter", "pipelined reduce-scatter") and run.op == "all_reduce" else final
         panels.append((f"phase {i + 1}/{len(phases)}: {ph}", after, reads))
     title = f"{run.op}: {whole} x {run.dtype.name} ({run.nbytes} B) on {n} ranks, direct reads, segments {run.counts}"
     notes = ("cells: each rank's output after the phase, striped by the ranks whose data it holds "

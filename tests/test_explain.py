@@ -227,7 +227,7 @@ def test_cli_direct():
     assert "(the push: memory sees each input read once" in p.stdout
     p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--algorithm", "direct", "--chunk",
                         "2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert p.returncode == 2 and "ring only" in p.stderr
+    assert p.returncode == 2 and "the ring and the pipe only" in p.stderr
 
 
 def test_svg_draws_direct_reads(tmp_path):
@@ -256,3 +256,34 @@ def test_svg_draws_direct_reads(tmp_path):
     reads = [e for e in ET.parse(path).getroot().iter(SVG + "line") if e.get("class") == "read"]
     assert sorted((int(e.get("data-src")), int(e.get("data-dst")), int(e.get("data-bytes"))) for e in reads) == \
         [(q, r, [8, 4, 12][q]) for q in range(3) for r in range(3) if q != r]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather"])
+def test_pipe_reads_match_formulas(op, world):
+    """--algorithm pipe: private arrays through the pipe's C loop on simulated ranks (threads),
+    many chunks of 64 B; reads as the direct path's formulas, nothing sent, numpy's results."""
+    pytest.importorskip("collectives._fastpath", reason="the pipe runs in C: the extension was not built")
+    from collectives.explain_direct import direct_checks, run_direct
+    cases = [(c, None) for c in (0, 1, 16, 9000)] + ([(0, [c % 4 for c in range(2, world + 2)])]
+                                                     if op == "all_gather" else [])
+    for count, counts in cases:
+        d = run_direct(op, world, count, counts=counts, pipe=64)
+        phases = {e["phase"] for e in d.tracer.data_events()}
+        assert all(p.startswith("pipelined") for p in phases), phases
+        bad = [c for c in direct_checks(d) if not c.ok]
+        assert not bad, (count, counts, bad)
+
+
+def test_cli_pipe():
+    pytest.importorskip("collectives._fastpath", reason="the pipe runs in C: the extension was not built")
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--ranks", "2", "--count", "9000",
+                        "--algorithm", "pipe", "--chunk", "256"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "chunks of 1024 B through 4 slots each" in p.stdout and "steps: 18 " in p.stdout  # 4500 x 4 B / 1024
+    assert "phase 2/2: pipelined all-gather" in p.stdout and "FAIL" not in p.stdout
+    assert "rank 0 takes from rank 1: seg 0 [0:4496) of its input, through rank 1's slots, 17984 B" in p.stdout
+    assert "rank 1 takes from rank 0: reduced seg 0 [0:4496) of its output, through rank 0's reduced slots" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "collectives.explain", "reduce_scatter", "--algorithm", "pipe"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 2 and "all-reduces and all-gathers" in p.stderr

@@ -43,7 +43,7 @@ from .cma import address as _addr
 from .cma import MIN_BYTES as CMA_MIN_BYTES
 from .fast import resumed
 from .gather import AllGather
-from .pipe import by_pipe, piped
+from .pipe import by_pipe, chunk_bytes, piped
 from .signals import DONE, INPUT, READY
 from .stage import copy_in, rs_parts
 from .stage import ranges_of as _ranges
@@ -74,6 +74,7 @@ class Direct(AllReduce, AllGather):
         # per collective: staged calls at least this large take the pipe instead of the
         # ring (pipe.py; set by staged(); None: never)
         self.pipe_min: dict | None = None
+        self.pipe_chunk = chunk_bytes()
         self._stage = None
         self._key = None
         self._resume = None  # (base, rc, program): a C program stopped in this call (fast.py)

@@ -78,7 +78,8 @@ def pipe_min(mode: str) -> dict | None:
 
 def chunk_bytes() -> int:
     """The pipe's chunk (``COLLECTIVES_PIPE_CHUNK``, set alike on every rank, for
-    tests that want many chunks from small arrays): whole cache lines."""
+    tests that want many chunks from small arrays): whole cache lines. Read when a
+    Direct is made (``Direct.pipe_chunk``; explain sets its own)."""
     c = int(os.environ.get("COLLECTIVES_PIPE_CHUNK", "") or CHUNK_BYTES)
     return max(64, c // 64 * 64)
 
@@ -109,7 +110,7 @@ def by_pipe(self, ctx, base, kind, x, out, counts, op):
         counts = [c * dt.itemsize for c in counts]
         own = 0 if np.shares_memory(xf, of) else 1  # in place: our piece is there already
         isz, dcode, ocode = 1, 0, 0
-    C, D = chunk_bytes(), DEPTH
+    C, D = self.pipe_chunk, DEPTH
     win = self.heap.scratch((n + 1) * D * C, "pipe")
     offs = np.cumsum([0] + counts[:-1]).tolist()
     sig = self.sig
