@@ -77,8 +77,11 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* 0 when *flag >= value, 1 at the deadline, RC_SIGNAL with a Python error set. */
-static int wait_flag(const int64_t *flag, int64_t value, double deadline, double spin) {
+/* 0 when *flag >= value, 1 at the deadline, RC_SIGNAL with a Python error set.
+ * ``ts``: NULL when the caller holds the GIL (it is released while sleeping);
+ * else the caller runs without it (the pipe) and it is taken back to check for
+ * signals between sleeps. */
+static int wait_flag(const int64_t *flag, int64_t value, double deadline, double spin, PyThreadState **ts) {
     for (int i = 0; i < 64; i++)
         if (load_acquire(flag) >= value) return 0;
     double start = now(), sleep_s = 20e-6;
@@ -94,11 +97,20 @@ static int wait_flag(const int64_t *flag, int64_t value, double deadline, double
             sched_yield();
             continue;
         }
-        struct timespec ts = {0, (long)(sleep_s * 1e9)};
-        Py_BEGIN_ALLOW_THREADS
-        nanosleep(&ts, NULL);
-        Py_END_ALLOW_THREADS
-        if (PyErr_CheckSignals() < 0) return RC_SIGNAL;
+        struct timespec tsl = {0, (long)(sleep_s * 1e9)};
+        int bad;
+        if (ts == NULL) {
+            Py_BEGIN_ALLOW_THREADS
+            nanosleep(&tsl, NULL);
+            Py_END_ALLOW_THREADS
+            bad = PyErr_CheckSignals() < 0;
+        } else {
+            nanosleep(&tsl, NULL);
+            PyEval_RestoreThread(*ts);
+            bad = PyErr_CheckSignals() < 0;
+            *ts = PyEval_SaveThread();
+        }
+        if (bad) return RC_SIGNAL;
         sleep_s = sleep_s * 2 < 200e-6 ? sleep_s * 2 : 200e-6;
     }
     return 0;
@@ -215,7 +227,7 @@ static int64_t execute(const int64_t *prog, int64_t base, double deadline, doubl
             break;
         }
         case OP_WAIT: {
-            int r = wait_flag(PTR(w[1]), base + w[2], deadline, spin);
+            int r = wait_flag(PTR(w[1]), base + w[2], deadline, spin, NULL);
             if (r == RC_SIGNAL) return RC_SIGNAL;
             if (r) return 1 + at;
             at += 5;
@@ -321,35 +333,6 @@ static void stream_copy(char *d, const char *s, size_t n) {
 #endif
 }
 
-/* wait_flag without the GIL (the pipe runs without it): 0, 1 at the deadline,
- * RC_SIGNAL with a Python error set (the GIL is taken back to check). */
-static int pipe_wait(const int64_t *flag, int64_t value, double deadline, double spin, PyThreadState **ts) {
-    for (int i = 0; i < 256; i++)
-        if (load_acquire(flag) >= value) return 0;
-    double start = now(), sleep_s = 20e-6;
-    unsigned polls = 0;
-    while (load_acquire(flag) < value) {
-        cpu_relax();
-        if (++polls & 255) continue;
-        double t = now();
-        if (t > deadline) return 1;
-        double waited = t - start;
-        if (waited <= spin) continue;
-        if (waited < spin + 2e-3) {
-            sched_yield();
-            continue;
-        }
-        struct timespec tsl = {0, (long)(sleep_s * 1e9)};
-        nanosleep(&tsl, NULL);
-        PyEval_RestoreThread(*ts);
-        int bad = PyErr_CheckSignals() < 0;
-        *ts = PyEval_SaveThread();
-        if (bad) return RC_SIGNAL;
-        sleep_s = sleep_s * 2 < 200e-6 ? sleep_s * 2 : 200e-6;
-    }
-    return 0;
-}
-
 /* Elements [lo, lo + c) of a range of count elements, c clipped at the end (<= 0: none). */
 static inline int64_t clip(int64_t count, int64_t lo, int64_t ce) {
     int64_t c = count - lo;
@@ -358,7 +341,7 @@ static inline int64_t clip(int64_t count, int64_t lo, int64_t ce) {
 
 #define PIPE_WAIT(q, which, value)                                                                  \
     do {                                                                                            \
-        int rc_ = pipe_wait(&cnt[q][which], (value), deadline, spin, &ts);                          \
+        int rc_ = wait_flag(&cnt[q][which], (value), deadline, spin, &ts);                          \
         if (rc_) {                                                                                  \
             d[11] = k;                                                                              \
             PyEval_RestoreThread(ts);                                                               \
