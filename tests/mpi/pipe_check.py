@@ -6,7 +6,8 @@
                           takes, sizes 0, 1, primes and many chunks, in place and
                           not, uneven and empty all-gather pieces, one rank's input
                           in the heap, interleaved with calls that take other roads
-                          (so the step counters and slots carry across calls)
+                          (so the step counters and slots carry across calls),
+                          queued calls on the progress thread, the trace's bytes
   pipe_check.py default   automatic staging (nothing set): which sizes take the
                           pipe on two ranks, exact results at 16, 32 and 64 MiB
   pipe_check.py mismatch  a mismatched pipe-sized call raises MismatchError on
@@ -119,6 +120,17 @@ def grid():
         got = comm.all_reduce(x * (i + 1))
         check(f"repeat {i}", got, want_reduce([data(x.size, q, np.float64) * (i + 1) for q in range(n)], "sum",
                                               np.float64), True, before)
+    # queued (async_op): the pipe on the progress thread, several calls in flight, in call order
+    xs = [data(2 * chunk + 9, rank, np.int64) * (i + 1) for i in range(4)]
+    before = steps()
+    works = [comm.all_reduce(x, async_op=True) for x in xs] + [comm.all_gather(xs[0], async_op=True)]
+    got = [w.wait() for w in works]
+    for i in range(4):
+        check(f"async all_reduce {i}", got[i], want_reduce([data(xs[0].size, q, np.int64) * (i + 1) for q in range(n)],
+                                                          "sum", np.int64))
+    check("async all_gather", got[4], np.concatenate([data(xs[0].size, q, np.int64) for q in range(n)]))
+    if steps() <= before:
+        failures.append("async calls did not go through the pipe")
     extra["piped_steps"] = steps()
     traced()
 
