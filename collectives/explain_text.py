@@ -173,7 +173,6 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
             else:
                 what = f"seg {seg} [{offs[seg]}:{offs[seg + 1]}) of its input"
             if run.pipe:  # through the owner's slots, chunk by chunk
-                what = what.replace("of its own output", "of its output")
                 slots = "reduced slots" if phase == "pipelined all-gather" and run.op == "all_reduce" else "slots"
                 lines.append(f"  rank {e['rank']} takes from rank {q}: {what}, through rank {q}'s {slots}, "
                              f"{e['nbytes']} B")
