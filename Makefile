@@ -19,7 +19,7 @@ MPIRUN  := $(BIN)/mpirun
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
-$(STAMP): requirements.txt setup.py csrc/fastpath.c
+$(STAMP): requirements.txt setup.py csrc/fastpath.c csrc/pipe.c csrc/wait.c csrc/fastpath.h
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
@@ -37,7 +37,7 @@ demo: $(STAMP)  ## one correctness line per collective, a short ring-vs-MPI swee
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python examples/train_torch.py --steps 10
 
 explain: $(STAMP)  ## the ring step by step on 4 simulated ranks, drawn to ring.svg
-	$(BIN)/python -m collectives.explain all_reduce --ranks 4 --count 16 --svg ring.svg
+	$(BIN)/python -m collectives.teach.explain all_reduce --ranks 4 --count 16 --svg ring.svg
 
 bench: $(STAMP)  ## default sweep on 2 ranks: ring, MPI and the bare ring (the ceiling); JSON under bench/results/
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \

@@ -33,11 +33,14 @@ setup(
     name="ringzero",
     version="0.1.0",
     description="Ring collectives over MPI (CPU and CUDA) and a ZeRO sharding layer",
-    packages=["collectives", "collectives.kernels", "collectives.symmetric", "collectives.transport", "collectives.transport.device", "sharding"],
+    packages=["collectives", "collectives.baselines", "collectives.fast", "collectives.host", "collectives.kernels", "collectives.safety",
+              "collectives.symmetric", "collectives.teach", "collectives.torch_backend", "collectives.transport",
+              "collectives.transport.device", "sharding"],
     cmdclass={"build_py": BuildPyWithCsrc},
-    # the direct path's repeated small calls in C (collectives/symmetric/fast.py); optional:
+    # the direct roads' repeated calls and the pipe in C (collectives/fast, csrc/fastpath.c); optional:
     # without a C compiler the same steps run in Python
-    ext_modules=[Extension("collectives._fastpath", ["csrc/fastpath.c"], extra_compile_args=["-O3"], optional=True)],
+    ext_modules=[Extension("collectives._fastpath", ["csrc/fastpath.c", "csrc/pipe.c", "csrc/wait.c"],
+                           depends=["csrc/fastpath.h"], extra_compile_args=["-O3"], optional=True)],
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "mpi4py>=3.1", "ml-dtypes>=0.3"],
     extras_require={

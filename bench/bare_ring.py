@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from collectives.schedule import all_gather_step, offsets, reduce_scatter_step, split_counts  # noqa: E402
+from collectives.host.schedule import all_gather_step, offsets, reduce_scatter_step, split_counts  # noqa: E402
 
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 

@@ -73,7 +73,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from collectives import Communicator  # noqa: E402  (before mpi4py starts MPI: see collectives/__init__.py)
 from mpi4py import MPI  # noqa: E402
 from collectives.dtypes import to_dtype  # noqa: E402
-from collectives.trace import Tracer  # noqa: E402
+from collectives.teach.trace import Tracer  # noqa: E402
 from collectives.volumes import busbw_factor, memory_roofline  # noqa: E402
 
 from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
@@ -385,7 +385,7 @@ def main(argv=None) -> int:
         pool = HeapPool(owner, max(sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor),
                                    default=1), dtype)
     ours = next((c for c in comms.values() if isinstance(c, Communicator) and c.algorithm == "ring"), None)
-    stage = bool(ours is not None and ours._symmetric is not None and ours._symmetric.stage)
+    stage = bool(ours is not None and ours.symmetric is not None and ours.symmetric.stage)
     mode = "symmetric" if a.symmetric else "numpy"
 
     def say(s=""):

@@ -10,7 +10,7 @@ and AdamW at each stage in turn, on the same data, and reports per stage:
 - memory: ``opt.memory_report()`` (bytes of the live arrays, largest rank)
   beside ``sharding.estimate_memory`` (the ZeRO paper's formulas; "comm" is
   our communication scratch, which the formulas leave out);
-- bytes sent per rank in one step, from a :class:`collectives.trace.Tracer`,
+- bytes sent per rank in one step, from a :class:`collectives.teach.trace.Tracer`,
   beside ZeRO's volume: (N-1)/N of the gradients (reduce-scatter) plus of the
   weights (all-gather) per gathered pass; an all-reduce is both halves.
   The communicator here sends every all-reduce through the ring
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, ROOT)
 
 from collectives import Communicator  # noqa: E402
-from collectives.trace import Tracer  # noqa: E402
+from collectives.teach.trace import Tracer  # noqa: E402
 from collectives.volumes import zero_volume  # noqa: E402,F401  (ZeRO's formula, stated once)
 
 CATS = ("weights", "gradients", "master", "optimizer", "comm")

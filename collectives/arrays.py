@@ -57,6 +57,12 @@ class Array:
     def dtype(self) -> np.dtype:
         return self.flat.dtype
 
+    @property
+    def host(self):
+        """The numpy array the direct roads work on: the caller's own (a stable identity
+        keys their cached views), or the flat view of a CPU tensor."""
+        return self.obj if type(self.obj) is np.ndarray else self.flat
+
 
 def adapt(x, name: str = "x", writable: bool = False) -> Array:
     """Adapt ``x`` (numpy, cupy or torch) to an :class:`Array`, checking it once.

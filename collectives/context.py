@@ -1,44 +1,21 @@
 """What one running collective needs: transport, kernels, deadline, scratch, trace.
 
-Every message goes through ``Context.isend``/``irecv`` and every block through
-``Context.wait``, so these also record the trace (see trace.py): the
-algorithms only say which step, segment and chunk a message belongs to.
-
-``Context.wait`` is the only place that blocks. It polls the transport
-against the collective's deadline, so a collective never hangs: a peer that
-never sends turns into a :class:`CollectiveTimeout` naming this rank, the
-ranks that never arrived (census.py), and the peer, step and chunk it waited
-for.
+Every message goes through ``Context.isend``/``irecv`` and every wait for a
+message through ``Context.wait``, so these also record the trace (see
+teach/trace.py): the algorithms only say which step, segment and chunk a
+message belongs to. ``Context.wait`` polls the transport against the
+collective's deadline (waiting.py's policy), so a peer that never sends turns
+into a :class:`CollectiveTimeout` naming this rank, the ranks that never
+arrived (safety/census.py), and the peer, step and chunk it waited for.
 """
 from __future__ import annotations
 
-import os
 import time
 
-from . import census
-from .work import on_progress_thread
+from .safety import census
 
-_SPIN_S = 20e-3  # the caller's thread with a core to itself: busy-poll this long first
-_THREAD_SPIN_S = 1e-3  # the progress thread with a spare core: poll briefly, then give the core away
-_YIELD_S = 2e-3  # then yield the core between polls for this long
 _QUICK_POLLS = 32  # polls before the deadline bookkeeping starts (~10 us of MPI tests)
-_MIN_SLEEP_S = 20e-6
-_MAX_SLEEP_S = 200e-6  # then sleep, backing off to this: a late chunk costs at most this much extra
 _LOOK_S = 1e-3  # once not spinning, look this often for a peer's timeout notice
-
-
-def wait_policy(transport) -> tuple[float, float]:
-    """(spin, yield) seconds for a wait on this thread, before it sleeps.
-
-    The caller's thread spins unless the node has more ranks than cores. The
-    progress thread runs an async collective while the caller computes: where
-    the rank has fewer cores than those two threads (``core_bound``), it goes
-    straight to sleeping between polls, so the caller keeps the core.
-    """
-    if on_progress_thread():
-        host = getattr(transport, "host", transport)  # the device transport's MPI transport
-        return (0.0, 0.0) if getattr(host, "core_bound", True) else (_THREAD_SPIN_S, _YIELD_S)
-    return (0.0 if getattr(transport, "oversubscribed", False) else _SPIN_S), _YIELD_S
 
 
 class Context:
@@ -206,30 +183,24 @@ class Context:
                 if t.testall(handles):
                     return
         t0 = time.perf_counter() if tracer is not None else 0.0
-        now = start = time.monotonic()
-        spin, yld = wait_policy(t)
-        spin_until, yield_until = start + spin, start + spin + yld
-        sleep = _MIN_SLEEP_S
+        now = time.monotonic()
+        pace = t.policy.pacer(now)
         polls = 0
-        next_look = start
+        next_look = now
         while not t.testall(handles):
             polls += 1
-            if polls & 255 and now < spin_until:
+            if polls & 255 and pace.spinning(now):
                 continue  # spinning: look at the clock every 256 polls only
             now = time.monotonic()
             if now > self.deadline:
                 self._fail(handles, peer, step, chunk, what, timed_out=True)
-            if now < spin_until:
+            if pace.spinning(now):
                 continue
             if now >= next_look:  # has a peer given up on this communicator? (see census.py)
                 next_look = now + _LOOK_S
                 if census.heard(t):
                     self._fail(handles, peer, step, chunk, what, timed_out=False)
-            if now < yield_until:  # more ranks than cores, or a slow peer: give the core away
-                os.sched_yield()
-            else:
-                time.sleep(sleep)
-                sleep = min(sleep * 2, _MAX_SLEEP_S)
+            pace.pause(now)
         if tracer is not None:
             tracer.event(action="wait", rank=self.rank, label=self.label, what=what, peer=peer,
                          step=step, chunk=chunk, t0=t0, t1=time.perf_counter())

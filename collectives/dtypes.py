@@ -1,4 +1,4 @@
-"""The dtypes and reduction ops the library accepts, stated once.
+"""The dtypes, reduction ops and collectives the library accepts, stated once.
 
 Half types (float16, bfloat16) are reduced in float32 and rounded once per
 step; everything else is reduced in its own type.
@@ -21,6 +21,9 @@ DTYPES: dict[str, tuple[np.dtype, int]] = {
 }
 HALF = frozenset({"float16", "bfloat16"})
 OPS: dict[str, int] = {"sum": 1, "prod": 2, "max": 3, "min": 4, "avg": 5}
+# collective -> wire code (the header's collective field); never reorder
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier")
+COLLECTIVE_CODES = {name: code for code, name in enumerate(COLLECTIVES, start=1)}
 
 
 _BY_DTYPE = {npdt: name for name, (npdt, _) in DTYPES.items()}

@@ -44,11 +44,12 @@ import weakref
 import numpy as np
 
 from .arrays import NUMPY, Array, adapt, check_overlap
-from .dispatch import FAST_RUNNERS, runner
+from .dispatch import IN_C, route
 from .dtypes import check_op, dtype_code
-from .header import ALGORITHMS, COLLECTIVES, Header, digest
+from .fast.codes import has_c
+from .host.schedule import check_counts
 from .kernels import NUMPY_KERNELS
-from .schedule import check_counts
+from .safety.header import ALGORITHMS, COLLECTIVES, Header, digest
 
 MAX_PLANS = 32  # plans per communicator; a caller cycling through more starts the cache over
 SMALL_BYTES = 64 * 1024  # arrays up to this size are held by their plan (views kept)
@@ -59,19 +60,21 @@ class Plan:
 
     Attributes:
       kind: the collective ("all_reduce", ...).
-      run: the body that executes it (dispatch.RUNNERS or SYMMETRIC_RUNNERS).
-      args: the body's trailing arguments (op, counts, root).
-      hdr: the header (header.Header), stamped with each call's sequence number.
+      road: the road roads.choose gave it (a direct road's own is decided per call).
+      run: the body that executes it (dispatch.HOST, DIRECT or SYMMETRIC).
+      args: the body's trailing arguments (the road, op, counts, root, heap places).
+      hdr: the header (safety/header.Header), stamped with each call's sequence number.
       chunk: the ring's chunk in elements (host collectives).
       host: runs on host memory (the communicator's reusable Context).
       in_place: x is out (all_reduce, broadcast) or out's own segment (all_gather).
-      fast: the call's C program (symmetric/fast.py) once written; 0 while one may be
-        (a cached plan on the direct path: written after its first call); None: never.
+      in_c: its calls may run as a C program (a cached plan on a direct road).
+      program: that program (fast/program.py) once written after a call in Python, else None.
+      rebuilds: how often its program was rewritten for peers' new arrays.
     """
 
-    __slots__ = ("kind", "run", "args", "hdr", "chunk", "host", "in_place", "n", "fresh", "xa", "oa",
+    __slots__ = ("kind", "road", "run", "args", "hdr", "chunk", "host", "in_place", "n", "fresh", "xa", "oa",
                  "xref", "oref", "xshape", "xdtype", "xsig", "xnp", "oshape", "odtype", "osig", "onp",
-                 "xflat", "oflat", "fast", "fast_rebuilds")
+                 "xflat", "oflat", "in_c", "program", "rebuilds")
 
     def take(self, x, out) -> tuple[Array, Array | None] | None:
         """The adapted (x, out) for this call when ``x`` and ``out`` are this plan's objects,
@@ -140,7 +143,7 @@ def _held(comm, a: Array) -> bool:
     """Whether a plan may keep ``a`` alive: small, or in the symmetric heap."""
     if a.flat.nbytes <= SMALL_BYTES:
         return True
-    sym = comm._symmetric
+    sym = comm.symmetric
     return sym is not None and type(a.obj) is np.ndarray and sym.heap.locate(a.obj) is not None
 
 
@@ -149,11 +152,12 @@ def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: 
     """Make the plan of a checked call and, where its objects can be watched, cache it under ``key``."""
     p = Plan()
     p.kind, p.hdr, p.in_place, p.n, p.fresh = kind, Header(hdr), in_place, fresh_n, fresh
-    p.run, p.args = runner(comm._symmetric, kind, xa, oa, args)
+    p.road, p.run, p.args = route(comm, kind, xa, oa, args, in_place)
     p.host = oa is None or not oa.device
-    p.chunk = comm.chunk_bytes if oa is None else max(1, comm.chunk_bytes // oa.flat.itemsize)
-    p.xa = p.oa = p.xref = p.oref = p.xflat = p.oflat = p.fast = None
-    p.fast_rebuilds = 0
+    chunk = comm.chunk_bytes if p.host else comm.device_chunk_bytes
+    p.chunk = chunk if oa is None else max(1, chunk // oa.flat.itemsize)
+    p.xa = p.oa = p.xref = p.oref = p.xflat = p.oflat = p.program = None
+    p.in_c, p.rebuilds = False, 0
     if key is None or not p.host:
         return p
     xs = _sig(x)
@@ -163,7 +167,7 @@ def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: 
     p.xshape, p.xdtype, p.xsig, p.xnp = xs
     if os_ is not None:
         p.oshape, p.odtype, p.osig, p.onp = os_
-    plans = comm._plans
+    plans = comm.plans
     held = _held(comm, xa) and (fresh or oa is xa or _held(comm, oa))
     try:
         if held:
@@ -182,8 +186,7 @@ def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: 
     if len(plans) >= MAX_PLANS:
         plans.clear()
     plans[key] = p
-    if p.run in FAST_RUNNERS and not fresh:
-        p.fast = 0
+    p.in_c = p.run in IN_C and not fresh and bool(comm.tuning.fast) and has_c()
     return p
 
 
@@ -224,12 +227,12 @@ def check_out(comm, out, xa: Array, n: int | None, what: str, offset: int = 0) -
 
 def even(comm, piece: int) -> tuple[tuple[int, ...], int]:
     """(counts of an equal split, their digest), remembered per piece size."""
-    got = comm._even_counts.get(piece)
+    got = comm.evens.get(piece)
     if got is None:
-        if len(comm._even_counts) >= 64:  # a caller cycling through sizes
-            comm._even_counts.clear()
+        if len(comm.evens) >= 64:  # a caller cycling through sizes
+            comm.evens.clear()
         counts = (piece,) * comm.size  # a tuple: shared by calls, so never modified
-        got = comm._even_counts[piece] = (counts, digest(counts))
+        got = comm.evens[piece] = (counts, digest(counts))
     return got
 
 
@@ -290,7 +293,7 @@ def barrier(comm) -> Plan:
     """The barrier's plan (one per communicator: it has no arguments)."""
     p = Plan()
     p.kind, p.hdr, p.in_place, p.n, p.fresh = "barrier", Header(header(comm, "barrier", None)), False, None, False
-    p.run, p.args = runner(comm._symmetric, "barrier", None, None, ())
-    p.host, p.chunk, p.xa, p.oa = True, comm.chunk_bytes, None, None
-    p.fast, p.fast_rebuilds = (0 if p.run in FAST_RUNNERS else None), 0
+    p.road, p.run, p.args = route(comm, "barrier", None, None, (), False)
+    p.host, p.chunk, p.xa, p.oa, p.program = True, comm.chunk_bytes, None, None, None
+    p.in_c, p.rebuilds = p.run in IN_C and bool(comm.tuning.fast) and has_c(), 0
     return p

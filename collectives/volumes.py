@@ -2,7 +2,7 @@
 
 Everything that counts bytes imports this module: the benchmark's busbw
 (bench/collectives.py), ZeRO's per-step volume (bench/zero.py) and the byte
-formulas that ``python -m collectives.explain`` checks against its trace.
+formulas that ``python -m collectives.teach.explain`` checks against its trace.
 
 Ring volumes, with B the whole buffer in bytes, s_i the bytes of segment i
 (rank i's piece) and every index mod N:

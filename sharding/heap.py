@@ -28,27 +28,59 @@ collective call over the node. The heap arrays are unmapped by
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 POOL = 2  # reduce-scatter inputs in flight at once (stages 2-3): one folding, one filling
+PAGE = 4096
+MARGIN = 1 << 20  # the heap's own windows: control slots, scratch
 
 
 def heap_available(comm, xp) -> bool:
-    """Whether ``comm`` can allocate symmetric host arrays: an MPI communicator
-    with ``alloc`` (not an in-process one), for numpy buffers."""
-    transport = getattr(comm, "transport", None)
-    return xp is np and hasattr(comm, "alloc") and getattr(transport, "comm", None) is not None
+    """Whether ``comm`` can allocate symmetric host arrays: a communicator whose ranks
+    met through a bootstrap (not an in-process one), for numpy buffers."""
+    return xp is np and hasattr(comm, "alloc") and getattr(comm, "bootstrap", None) is not None
 
 
-def use_heap(comm, xp, symmetric: bool | None) -> bool:
+def heap_bytes(policy, layouts, param_dtype, reduce_dtype) -> int:
+    """Bytes per rank that a ZeroOptimizer's heap buffers take (the table above), every
+    window rounded up to whole pages, plus the heap's own windows."""
+    def window(nbytes):
+        return -(-max(int(nbytes), 64) // PAGE) * PAGE
+    p, g = np.dtype(param_dtype).itemsize, np.dtype(reduce_dtype).itemsize
+    total = MARGIN
+    for lay in layouts:
+        if not policy.shard_grads:  # stages 0-1: the full gradient, reduced in place
+            total += window(lay.padded * g)
+        if policy.shard_state and not policy.shard_weights:  # stages 1-2: the full weights
+            total += window(lay.padded * p)
+        if policy.shard_weights:  # stage 3: the owned shard
+            total += window(lay.padded // lay.world * p)
+    if policy.reduce_per_unit and layouts:  # stages 2-3: the reduce-scatter inputs
+        total += POOL * window(max(lay.padded for lay in layouts) * g)
+    return total
+
+
+def use_heap(comm, xp, symmetric: bool | None, need=None) -> bool:
     """The rule of ZeroOptimizer's ``symmetric`` argument: None takes the heap where
-    available, True requires it, False never takes it."""
+    available and where the node's shared memory holds ``need()`` bytes per rank (else
+    ordinary buffers, with one warning), True requires it, False never takes it. Every
+    rank decides alike (the fit is agreed)."""
     ok = heap_available(comm, xp)
     if symmetric and not ok:
-        raise ValueError(f"symmetric=True needs a Communicator over MPI with host (numpy) buffers; got "
+        raise ValueError(f"symmetric=True needs a Communicator with a bootstrap and host (numpy) buffers; got "
                          f"{type(comm).__name__} over {type(getattr(comm, 'transport', None)).__name__} "
                          f"with {getattr(xp, '__name__', xp)} arrays")
-    return ok if symmetric is None else bool(symmetric)
+    if symmetric is not None or not ok:
+        return ok if symmetric is None else bool(symmetric)
+    if need is not None:
+        fits, short = comm.heap_fits(need())
+        if not fits:
+            warnings.warn(f"ZeroOptimizer: the node's shared memory is short ({short}); its buffers stay "
+                          f"ordinary arrays (symmetric=False), off the direct roads", RuntimeWarning, stacklevel=3)
+            return False
+    return True
 
 
 class Buffers:

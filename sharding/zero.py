@@ -40,7 +40,7 @@ from collectives.kernels import kernels_for
 from .fingerprint import check_same_model
 from .gather import UnitGatherer
 from .grads import GradReducer
-from .heap import Buffers, use_heap
+from .heap import Buffers, heap_bytes, use_heap
 from .optim import SGD, AdamW
 from .policy import policy_for
 from .scaler import LossScaler
@@ -126,7 +126,9 @@ class ZeroOptimizer:
         first = next(iter(next(iter(units.values())).values()))
         self.k = kernels_for(first)
         self.xp = self.k.xp
-        self.symmetric = use_heap(comm, self.xp, symmetric)
+        self.symmetric = use_heap(comm, self.xp, symmetric, lambda: heap_bytes(
+            policy, [layout_unit(n, [(k, tuple(a.shape)) for k, a in p.items()], self.world) for n, p in units.items()],
+            self.param_dtype, self.reduce_dtype))
         check_same_model(comm, units, stage, self.param_dtype, self.reduce_dtype, self.symmetric)
         self.step_count = 0
         self.buffers = Buffers(comm, self.xp, self.symmetric)

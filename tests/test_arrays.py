@@ -233,12 +233,12 @@ def test_scratch_bytes_while_the_progress_thread_adds_a_buffer():
 
             @property
             def nbytes(self):
-                c._scratch[("meanwhile", self.key)] = np.zeros(2)
+                c.scratch[("meanwhile", self.key)] = np.zeros(2)
                 return 8
 
-        c._scratch.clear()
-        c._scratch[("a",)] = Inserting(1)
-        c._scratch[("b",)] = np.zeros(3)
+        c.scratch.clear()
+        c.scratch[("a",)] = Inserting(1)
+        c.scratch[("b",)] = np.zeros(3)
         assert c.scratch_bytes() == 8 + 24
         # and under real concurrency: collectives in flight while another thread reads
         stop = threading.Event()

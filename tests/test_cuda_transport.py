@@ -266,16 +266,16 @@ def cupy_without_gpu(monkeypatch):
 
 
 def test_cpu_path_unaffected_when_cupy_has_no_gpu(cupy_without_gpu):
-    import collectives.nccl_algo  # noqa: F401
+    import collectives.baselines.nccl  # noqa: F401
     import collectives.transport.device  # noqa: F401
     from collectives.kernels import kernels_for
     from collectives.kernels.cuda_kernels import cuda_kernels
-    from collectives.simulate import simulate
+    from collectives.teach.simulate import simulate
 
     assert kernels_for(np.zeros(3)).name == "numpy"
     with pytest.raises(RuntimeError, match="no CUDA device is usable"):
         cuda_kernels()
-    from collectives.nccl_algo import NcclAlgorithm
+    from collectives.baselines.nccl import NcclAlgorithm
     with pytest.raises((RuntimeError, ValueError)):
         NcclAlgorithm(types.SimpleNamespace(comm=None))
     out = simulate(3, lambda c: c.all_reduce(np.arange(10.0) * (c.rank + 1)))
@@ -285,7 +285,7 @@ def test_cpu_path_unaffected_when_cupy_has_no_gpu(cupy_without_gpu):
 def test_without_cupy_errors_are_clear(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
     from collectives.kernels.cuda_kernels import cuda_kernels
-    from collectives.nccl_algo import _import_nccl
+    from collectives.baselines.nccl import _import_nccl
     from collectives.transport.device import CupyBackend
     with pytest.raises(RuntimeError, match="ringzero\\[gpu\\]"):
         cuda_kernels()

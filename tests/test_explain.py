@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collectives import explain
-from collectives.schedule import all_gather_step, reduce_scatter_step, split_counts
-from collectives.svg import render_svg
+from collectives.teach import explain
+from collectives.host.schedule import all_gather_step, reduce_scatter_step, split_counts
+from collectives.teach.svg import render_svg
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,7 +105,7 @@ def test_checks_catch_a_wrong_total():
 
 
 def test_cli_all_reduce():
-    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--ranks", "4", "--count", "16"],
+    p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "all_reduce", "--ranks", "4", "--count", "16"],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "step 1/6: reduce-scatter step 0" in p.stdout
@@ -117,7 +117,7 @@ def test_cli_all_reduce():
 def test_svg_is_wellformed_and_shows_the_steps(tmp_path):
     run = explain.run("all_reduce", 4, 16)
     path = tmp_path / "ring.svg"
-    from collectives.svg import draw
+    from collectives.teach.svg import draw
     draw(run, path)
     root = ET.parse(path).getroot()
     assert root.tag == SVG + "svg" and float(root.get("width")) > 0
@@ -177,7 +177,7 @@ def direct_read_bytes(op: str, n: int, count: int, counts, itemsize: int, root: 
 def test_direct_reads_match_formulas(op, world):
     """The real direct code on a stand-in heap: each rank's reads (from its trace) equal the
     formula, nothing is sent, results equal numpy; uneven pieces; the two-phase all-reduce."""
-    from collectives.explain_direct import direct_checks, run_direct
+    from collectives.teach.explain_direct import direct_checks, run_direct
     cases = [(c, None) for c in (0, 1, 16, 9000)]
     if op in ("reduce_scatter", "all_gather"):
         cases += [(0, [c % 4 for c in range(2, world + 2)])]
@@ -199,7 +199,7 @@ def test_direct_reads_match_formulas(op, world):
 
 
 def test_direct_checks_catch_a_wrong_total_and_a_send():
-    from collectives.explain_direct import direct_checks, run_direct
+    from collectives.teach.explain_direct import direct_checks, run_direct
     d = run_direct("reduce_scatter", 3, 9)
     d.tracer.events.append({"action": "recv", "rank": 0, "label": "reduce_scatter #0", "phase": "direct reduce-scatter",
                             "step": 0, "peer": 1, "seg": 0, "nbytes": 4, "t0": 0, "t": 0})
@@ -210,7 +210,7 @@ def test_direct_checks_catch_a_wrong_total_and_a_send():
 
 
 def test_cli_direct():
-    p = subprocess.run([sys.executable, "-m", "collectives.explain", "reduce_scatter", "--ranks", "3", "--counts",
+    p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "reduce_scatter", "--ranks", "3", "--counts",
                         "2,0,3", "--algorithm", "direct"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "phase 1/1: direct reduce-scatter" in p.stdout
@@ -218,14 +218,14 @@ def test_cli_direct():
     assert "rank 0: read     16 B from peers (formula (N-1) s0 = 16); peers read B - s0 = 12 B" in p.stdout
     assert "  rank 2: [111 x3]" in p.stdout  # its segment summed over ranks 0, 1, 2
     assert "FAIL" not in p.stdout and p.stdout.count("[ok]") == 3 + 3
-    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--count", "9000",
+    p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "all_reduce", "--count", "9000",
                         "--algorithm", "direct"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 0 and "phase 2/2: direct all-gather" in p.stdout and "FAIL" not in p.stdout, p.stderr
     # every out is in explain's heap: the owners write the reduced segments (the push), and explain says so
     assert "rank 1 writes into rank 0's out: reduced seg 1 [2256:4512) of its own output, 9024 B" in p.stdout
     assert "rank 0 reads from rank 1: seg 0 [0:2256) of its input, 9024 B" in p.stdout  # (4 ranks by default)
     assert "(the push: memory sees each input read once" in p.stdout
-    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--algorithm", "direct", "--chunk",
+    p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "all_reduce", "--algorithm", "direct", "--chunk",
                         "2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and "the ring and the pipe only" in p.stderr
 
@@ -233,10 +233,10 @@ def test_cli_direct():
 def test_svg_draws_direct_reads(tmp_path):
     """One panel for the inputs and one per phase; an arrow per read, from the owner of the
     buffer to the reader; after the last phase every cell holds every rank's data."""
-    from collectives.explain_direct import run_direct
-    from collectives.svg import draw
+    from collectives.teach.explain_direct import run_direct
+    from collectives.teach.svg import draw
     path = tmp_path / "direct.svg"
-    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--ranks", "4", "--count", "9000",
+    p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "all_reduce", "--ranks", "4", "--count", "9000",
                         "--algorithm", "direct", "--svg", str(path)], capture_output=True, text=True, cwd=ROOT,
                        timeout=60)
     assert p.returncode == 0, p.stderr
@@ -264,7 +264,7 @@ def test_pipe_reads_match_formulas(op, world):
     """--algorithm pipe: private arrays through the pipe's C loop on simulated ranks (threads),
     many chunks of 64 B; reads as the direct path's formulas, nothing sent, numpy's results."""
     pytest.importorskip("collectives._fastpath", reason="the pipe runs in C: the extension was not built")
-    from collectives.explain_direct import direct_checks, run_direct
+    from collectives.teach.explain_direct import direct_checks, run_direct
     cases = [(c, None) for c in (0, 1, 16, 9000)] + ([(0, [c % 4 for c in range(2, world + 2)])]
                                                      if op == "all_gather" else [])
     for count, counts in cases:
@@ -277,13 +277,13 @@ def test_pipe_reads_match_formulas(op, world):
 
 def test_cli_pipe():
     pytest.importorskip("collectives._fastpath", reason="the pipe runs in C: the extension was not built")
-    p = subprocess.run([sys.executable, "-m", "collectives.explain", "all_reduce", "--ranks", "2", "--count", "9000",
+    p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "all_reduce", "--ranks", "2", "--count", "9000",
                         "--algorithm", "pipe", "--chunk", "256"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "chunks of 1024 B through 4 slots each" in p.stdout and "steps: 18 " in p.stdout  # 4500 x 4 B / 1024
     assert "phase 2/2: pipelined all-gather" in p.stdout and "FAIL" not in p.stdout
     assert "rank 0 takes from rank 1: seg 0 [0:4496) of its input, through rank 1's slots, 17984 B" in p.stdout
     assert "rank 1 takes from rank 0: reduced seg 0 [0:4496) of its output, through rank 0's reduced slots" in p.stdout
-    p = subprocess.run([sys.executable, "-m", "collectives.explain", "reduce_scatter", "--algorithm", "pipe"],
+    p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "reduce_scatter", "--algorithm", "pipe"],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and "all-reduces and all-gathers" in p.stderr

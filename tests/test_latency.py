@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from collectives import CollectiveTimeout, simulate
-from collectives.trace import Tracer
+from collectives.teach.trace import Tracer
 from collectives.work import Engine
 
 
@@ -78,8 +78,8 @@ def test_torch_group_one_tensor_lanes_blocking_and_async(world):
     torch = pytest.importorskip("torch")
     from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, ReduceScatterOptions
 
-    from collectives.torch_ops import DoneWork
-    from collectives.torch_pg import RingzeroProcessGroup
+    from collectives.torch_backend.ops import DoneWork
+    from collectives.torch_backend.group import RingzeroProcessGroup
 
     n = 4 * world
 

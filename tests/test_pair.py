@@ -12,8 +12,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from collectives import ring, simulate
-from collectives.schedule import split_counts
+from collectives import simulate
+from collectives.host import ring
+from collectives.host.schedule import split_counts
 from collectives.transport.inproc import InProcTransport
 from conftest import run_mpi
 from inputs import data
@@ -48,10 +49,13 @@ def test_two_rank_all_reduce_exact(dtype, in_place):
                 assert got.dtype == dt and np.array_equal(got, _want(count, dt, op)), (count, op)
 
 
-def test_in_place_past_the_scratch_bound_takes_the_pipeline(monkeypatch):
-    """In place, a segment larger than TWO_RANK_SCRATCH_BYTES goes through the chunk
-    pipeline (bounded scratch); out of place the same size still goes whole."""
-    monkeypatch.setattr(ring, "TWO_RANK_SCRATCH_BYTES", 64)
+def test_in_place_past_the_scratch_bound_takes_the_pipeline(monkeypatch, tmp_path):
+    """In place, a segment larger than the tuning table's pair_inplace_bytes goes through
+    the chunk pipeline (bounded scratch); out of place the same size still goes whole.
+    The bound comes from a tuning file (RINGZERO_TUNING), as bench/tune.py writes them."""
+    f = tmp_path / "tuning.json"
+    f.write_text('{"values": {"pair_inplace_bytes": 64}}')
+    monkeypatch.setenv("RINGZERO_TUNING", str(f))
     sent = _count_data_messages(monkeypatch)
     count = 1031  # segments of 512 and 519 float32: past 64 bytes
 
@@ -138,13 +142,18 @@ def test_two_rank_broadcast_one_message(monkeypatch):
     assert sent == {0: 4, 1: 4}, sent  # two calls a root, two non-empty sizes
 
 
-def test_traced_two_rank_all_reduce_keeps_the_pipeline(monkeypatch):
-    """A traced call shows the ring's chunks (what explain and the trace teach)."""
-    from collectives.trace import Tracer
+def test_a_traced_two_rank_all_reduce_takes_the_same_road(monkeypatch):
+    """Tracing never changes the road: a traced two-rank call is the pair's two messages,
+    and the trace records them (and the road)."""
+    from collectives.teach.trace import Tracer
     sent = _count_data_messages(monkeypatch)
-    got = simulate(2, lambda c: c.all_reduce(data(100, c.rank, np.float32)), tracer=Tracer(), **TINY)
-    assert all(np.array_equal(g, _want(100, np.float32, "sum")) for g in got)
-    assert sent == {r: _chunked(100) for r in range(2)}, sent
+    tracer = Tracer()
+    got = simulate(2, lambda c: (c.all_reduce(data(100, c.rank, np.float32)), c.road_taken()), tracer=tracer, **TINY)
+    assert all(np.array_equal(g, _want(100, np.float32, "sum")) and road.value == "pair" for g, road in got)
+    assert sent == {r: 2 for r in range(2)}, sent
+    assert set(tracer.roads().values()) == {"pair"}
+    # the all-reduce's 2(n-1)/n of 400 bytes: the peer's half of x out, our reduced half back
+    assert {r: t["sent"] for r, t in tracer.totals().items()} == {0: 400, 1: 400}
 
 
 def _chunked(count: int) -> int:

@@ -1,5 +1,5 @@
 """The pipe: large staged all-reduces and all-gathers pipelined through shared
-memory (collectives/symmetric/pipe.py, csrc/fastpath.c's pipe).
+memory (collectives/symmetric/pipe.py, csrc/pipe.c).
 
 The C loop is checked here with ranks as threads of one process (it runs
 without the GIL), against numpy: many chunks, slots reused, counters carried
@@ -21,7 +21,7 @@ from conftest import MPI_SCRIPTS, ROOT, mpi_env, mpirun_cmd
 
 fastpath = pytest.importorskip("collectives._fastpath", reason="the C extension was not built (no C compiler)")
 
-DTYPES = {np.float32: 0, np.float64: 1, np.int32: 2, np.int64: 3}
+DTYPES = {d: fastpath.DTYPES[np.dtype(d).name] for d in (np.float32, np.float64, np.int32, np.int64)}
 C, D = 1024, 3  # small chunks, three slots: many steps and slot reuse from small arrays
 
 
@@ -49,7 +49,7 @@ class Node:
         deadline = time.monotonic() + timeout
 
         def one(r):
-            rcs[r] = fastpath.pipe(descs[r].ctypes.data, self.seq, deadline, 0.001)
+            rcs[r] = fastpath.pipe(descs[r].ctypes.data, self.seq, deadline, 0.001, 2e-3, 200e-6)
 
         threads = [threading.Thread(target=one, args=(r,)) for r in (ranks if ranks is not None else range(self.n))]
         for t in threads:
@@ -60,8 +60,8 @@ class Node:
 
 
 def _segments(count, n, itemsize):
-    """allreduce._counts: whole 64-byte lines per segment, the rest on the last ones."""
-    from collectives.symmetric.allreduce import _counts
+    """allreduce.segments: whole 64-byte lines per segment, the rest on the last ones."""
+    from collectives.symmetric.allreduce import segments as _counts
     return _counts(count, n, np.dtype({4: np.float32, 8: np.float64}[itemsize]))
 
 
@@ -138,10 +138,13 @@ def test_pipe_grid_matches_numpy(n):
 
 def test_pipe_default_sizes_on_two_ranks():
     """Automatic staging: the pipe takes all-reduces from 32 MiB and all-gathers from
-    64 MiB of out (pipe.PIPE_MIN_BYTES), the ring and the kernel's copy below; exact."""
+    64 MiB of out (the tuning table's pipe_min_*), the ring and reads in place below; exact."""
     for res in _pipe_mpi(2, "default", forced=False):
         assert res["nfail"] == 0, res["failures"]
         assert res["pipe_min"] == {"all_reduce": 32 << 20, "all_gather": 64 << 20}
+        assert res["roads"] == {"all_reduce 16777216": "staged-ring", "all_reduce 33554432": "pipe",
+                                "all_reduce 67108864": "pipe", "all_gather 16777216": "direct",
+                                "all_gather 33554432": "direct", "all_gather 67108864": "pipe"}, res["roads"]
 
 
 def test_pipe_mismatch_raises_on_every_rank_before_any_chunk_moves():

@@ -33,7 +33,7 @@ def test_a_reused_id_gets_its_own_plan(world):
                 del a
                 gc.collect()
                 assert ref() is None, "a large array's plan must not keep it alive"
-                assert not any(k[1] == old for k in c._plans), "its plan left with it"
+                assert not any(k[1] == old for k in c.plans), "its plan left with it"
             else:
                 del a
                 for _ in range(MAX_PLANS):  # other calls push the small array's plan out
@@ -177,7 +177,7 @@ def test_the_plan_cache_is_bounded_and_keeps_no_large_array_alive():
             np.testing.assert_array_equal(o, np.full(a.size, 3, np.float32))
             if i % 2:
                 refs.append(weakref.ref(a))
-            assert len(c._plans) <= MAX_PLANS
+            assert len(c.plans) <= MAX_PLANS
         del a, o
         gc.collect()
         return sum(r() is not None for r in refs)
@@ -240,7 +240,7 @@ def test_large_tensors_get_one_view_that_keeps_nothing_alive():
             t.fill_(float(r * (step + 1)))  # written through torch, read through the view
             c.all_reduce(t, out=o)
             assert torch.equal(o, torch.full((2 * BIG,), 3.0 * (step + 1), dtype=torch.bfloat16)), step
-            plan = next(p for p in c._plans.values() if p.xref is not None and p.xref() is t)
+            plan = next(p for p in c.plans.values() if p.xref is not None and p.xref() is t)
             flats.add(id(plan.xflat))
         ref = weakref.ref(t)
         del t, plan

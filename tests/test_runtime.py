@@ -65,8 +65,12 @@ class _SlowTransport:
 
     def __init__(self, after, core_bound, oversubscribed=False):
         import time
+
+        from collectives.tuning import defaults
+        from collectives.waiting import WaitPolicy
         self.ready_at = time.monotonic() + after
-        self.core_bound, self.oversubscribed, self.polls = core_bound, oversubscribed, 0
+        self.policy = WaitPolicy(defaults(), oversubscribed, core_bound)
+        self.polls = 0
 
     def testall(self, handles):
         import time
@@ -134,14 +138,14 @@ def test_the_agreement_cache_is_bounded_and_pins_only_scratch():
     stays bounded, and holds no buffer beyond the communicator's current
     scratch (it kept a view per size, and so every send buffer it outgrew)."""
     from collectives import simulate
-    from collectives.agree import MAX_CACHED, agreement_bytes
+    from collectives.safety.agree import MAX_CACHED, agreement_bytes
 
     def fn(comm):
         for k in range(1, 201):
             y = comm.all_reduce(np.full(k * 16, comm.rank + 1, np.float32))
             assert (y == 3).all()
-        scratch = sum(b.nbytes for key, b in comm._scratch.items() if key[0].startswith("agree"))
-        return len(comm._cache.get("agree", {})), _pinned_bytes(comm._cache), scratch, agreement_bytes(comm._cache)
+        scratch = sum(b.nbytes for key, b in comm.scratch.items() if key[0].startswith("agree"))
+        return len(comm.cache.get("agree", {})), _pinned_bytes(comm.cache), scratch, agreement_bytes(comm.cache)
 
     for n_cached, pinned, scratch, reported in simulate(2, fn):
         assert n_cached <= MAX_CACHED

@@ -1,7 +1,7 @@
 """The pure ring schedule, checked exhaustively for every world size up to 16."""
 import pytest
 
-from collectives.schedule import (Range, all_gather_step, chunks, halving_peers, offsets, reduce_scatter_step,
+from collectives.host.schedule import (Range, all_gather_step, chunks, halving_peers, offsets, reduce_scatter_step,
                                   split_counts)
 
 

@@ -63,7 +63,7 @@ def test_measured_matches_zero_estimate_10m_params_4_ranks(stage):
 def test_stage3_report_counts_the_gathered_unit_in_use_and_the_trace():
     """Inside ``with gather`` the gathered unit (the stage-3 peak) is in
     "weights"; the tracer's records show up in the comm parts."""
-    from collectives.trace import Tracer
+    from collectives.teach.trace import Tracer
 
     def fn(comm):
         units = {f"u{i}": {"W": np.ones((30, 41), np.float32)} for i in range(3)}

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from collectives.simulate import simulate
+from collectives.teach.simulate import simulate
 from conftest import run_mpi
 from sharding import AdamW, ZeroOptimizer
 

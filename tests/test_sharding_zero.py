@@ -224,7 +224,7 @@ def test_stage3_prefetches_forward_then_backward_and_frees():
             assert name not in opt.gatherer.in_use
         opt.step()
         assert not opt.gatherer.prefetched and opt.memory_report()["comm"] == sum(
-            b.nbytes for b in comm._scratch.values())
+            b.nbytes for b in comm.scratch.values())
         return seen
     for seen in simulate(2, fn):
         assert seen == [["u1"], ["u2"], ["u2"], ["u1"], ["u0"], []]

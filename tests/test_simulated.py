@@ -250,7 +250,7 @@ def test_header_messages_always_fit_their_receive(world):
     rank built with a larger small_bytes sends a payload past the others' limit:
     both are mismatches on every rank, never a truncated receive (which Open MPI
     may write past the buffer)."""
-    from collectives.agree import MAX_SMALL_BYTES
+    from collectives.safety.agree import MAX_SMALL_BYTES
     got = simulate(world, lambda c: c.all_reduce(np.ones(1000, np.float32)) if c.rank == 0 else c.barrier(),
                    return_exceptions=True, timeout=10)
     assert all(isinstance(e, MismatchError) and "collective differs" in str(e) for e in got), got
@@ -274,7 +274,7 @@ def test_header_messages_always_fit_their_receive(world):
 
 
 def test_small_bytes_is_capped():
-    from collectives.agree import MAX_SMALL_BYTES
+    from collectives.safety.agree import MAX_SMALL_BYTES
     from collectives.transport import Fabric
     with pytest.raises(ValueError, match="small_bytes"):
         Communicator(transport=Fabric(1).transport(0), small_bytes=MAX_SMALL_BYTES + 1)
@@ -363,7 +363,7 @@ def test_a_timeout_mid_ring_leaves_no_receive_posted(case):
     """Rank 1 stops forwarding after the header verdict (its sends are dropped);
     every rank that times out has cancelled all the receives it posted, so a
     late message could not land in a buffer the caller got back."""
-    from collectives.ring import TAG_DATA
+    from collectives.host.ring import TAG_DATA
     from collectives.transport import Fabric
     world, fabric = 3, Fabric(3)
     errors = [None] * world
@@ -410,8 +410,8 @@ def test_two_rank_all_gather_splits_pieces_past_the_message_limit(monkeypatch, t
     """One MPI message must stay under 2 GiB (a 2 GiB + 4 KiB message fails with
     MPI_ERR_ARG here), so the two-rank exchange sends a larger piece as several
     messages. With the limit made tiny: uneven pieces, one of them empty."""
-    from collectives import ring
-    from collectives.trace import Tracer
+    from collectives.host import ring
+    from collectives.teach.trace import Tracer
     monkeypatch.setattr(ring, "MAX_MESSAGE_BYTES", 4096)
     counts = [2500, 0]
     tracer = Tracer() if traced else None
@@ -429,7 +429,7 @@ def test_two_rank_all_gather_splits_pieces_past_the_message_limit(monkeypatch, t
 
 
 def test_chunk_bytes_is_capped_at_the_message_limit():
-    from collectives import ring
+    from collectives.host import ring
     from collectives.transport import Fabric
     with pytest.raises(ValueError, match="chunk_bytes"):
         Communicator(transport=Fabric(1).transport(0), chunk_bytes=ring.MAX_MESSAGE_BYTES + 1)

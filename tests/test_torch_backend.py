@@ -130,7 +130,7 @@ def test_process_group_over_the_fake_device_transport(mode):
     from test_cuda_transport import _run
     from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BroadcastOptions, ReduceScatterOptions
 
-    from collectives.torch_pg import RingzeroProcessGroup
+    from collectives.torch_backend.group import RingzeroProcessGroup
 
     world, n = 3, 1001
 

@@ -8,8 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from collectives import explain, simulate
-from collectives.trace import (Tracer, chrome_totals, load_chrome, merge_chrome, rank_path,
+from collectives import simulate
+from collectives.teach import explain
+from collectives.teach.trace import (Tracer, chrome_totals, load_chrome, merge_chrome, rank_path,
                                tracer_from_env)
 
 from conftest import run_mpi
@@ -72,11 +73,10 @@ def test_rank_path():
 
 
 def test_tracer_from_env(tmp_path):
-    assert tracer_from_env({}) is None
-    assert tracer_from_env({"COLLECTIVES_TRACE": ""}) is None
+    assert tracer_from_env("") is None
     path = str(tmp_path / "t.json")
-    t = tracer_from_env({"COLLECTIVES_TRACE": path})
-    assert t is tracer_from_env({"COLLECTIVES_TRACE": path})  # one per path and process
+    t = tracer_from_env(path)
+    assert t is tracer_from_env(path)  # one per path and process
     _fake(t, 1)
     t.close()
     assert chrome_totals(load_chrome(tmp_path / "t.rank1.json")) == {1: {"sent": 8, "recv": 8}}
@@ -159,7 +159,7 @@ def test_real_run_trace_matches_formulas_and_explain(tmp_path):
 
 
 def test_trace_cli_merge_and_totals(tmp_path, capsys):
-    from collectives.trace import main
+    from collectives.teach.trace import main
     t = Tracer()
     for r in range(2):
         _fake(t, r)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectives import explain
+from collectives.teach import explain
 from collectives.volumes import busbw_factor, even_bytes_sent, ring_volumes, zero_volume
 
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast"]

@@ -6,33 +6,15 @@ name says which library an object comes from).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .numpy_kernels import NUMPY_KERNELS, NumpyKernels
+from .which import is_device_array, library
 
 __all__ = ["NUMPY_KERNELS", "NumpyKernels", "is_device_array", "kernels_for"]
 
 
-def _library(x) -> str:
-    t = type(x)
-    if t is np.ndarray:
-        return "numpy"
-    mod = t.__module__
-    if mod.startswith("cupy"):
-        return "cupy"
-    if mod == "torch" or mod.startswith("torch."):
-        return "torch-cuda" if x.device.type == "cuda" else "torch"
-    return "numpy"
-
-
-def is_device_array(x) -> bool:
-    """True for cupy arrays and CUDA torch tensors, without importing either library."""
-    return _library(x) in ("cupy", "torch-cuda")
-
-
 def kernels_for(x):
     """The kernel set that reduces arrays like ``x`` (on x's GPU for device arrays)."""
-    lib = _library(x)
+    lib = library(x)
     if lib == "numpy" or lib == "torch":
         return NUMPY_KERNELS
     try:

@@ -30,7 +30,8 @@ import threading
 import numpy as np
 
 from ..dtypes import dtype_name
-from . import is_device_array, launch
+from . import launch
+from .which import is_device_array
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 _DIVISOR_TYPE = {"float16": np.float32, "bfloat16": np.float32, "float32": np.float32,

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import CollectiveError
 
-CMA_WIN = -4  # a posted source window: "private; read it at this address with process_vm_readv"
+from .signals import CMA_WIN  # noqa: F401  (the posted source window of an input read in place)
 MIN_BYTES = 64 * 1024  # all-gather pieces from this size: below it staging (C programs) measured as fast or faster
 
 
@@ -77,24 +77,21 @@ def cma_read(ctx, dst: np.ndarray, src: Remote) -> None:
         raise CollectiveError(f"rank {ctx.rank}: {ctx.label}: {e}") from e
 
 
-def probe(node) -> list[int] | None:
-    """The pid of every rank of ``node`` (an MPI communicator) when every rank can read
-    its next peer's memory, else None (agreed: a collective call): None off Linux,
-    with ``COLLECTIVES_CMA=0``, or where the kernel refuses (another user, Yama's
-    ptrace_scope)."""
-    ok = _readv is not None and os.environ.get("COLLECTIVES_CMA", "") != "0"
-    pids = node.allgather(os.getpid())
-    mine = np.full(8, node.Get_rank() + 1, np.int64)
-    addrs = node.allgather(mine.__array_interface__["data"][0])
-    if ok and node.Get_size() > 1:
-        q = (node.Get_rank() + 1) % node.Get_size()
+def probe(node, enabled: bool = True) -> list[int] | None:
+    """The pid of every rank of ``node`` (a bootstrap) when every rank can read its next
+    peer's memory, else None (agreed: a collective call): None off Linux, when not
+    ``enabled`` (the tuning table's cma), or where the kernel refuses (another user,
+    Yama's ptrace_scope)."""
+    ok = _readv is not None and enabled
+    mine = np.full(8, node.rank + 1, np.int64)
+    pids, addrs = zip(*node.allgather_obj((os.getpid(), mine.__array_interface__["data"][0])))
+    if ok and node.size > 1:
+        q = (node.rank + 1) % node.size
         got = np.zeros(8, np.int64)
         try:
             read(got, Remote(pids[q], addrs[q], got.nbytes, q))
             ok = bool((got == q + 1).all())
         except OSError:
             ok = False
-    from mpi4py import MPI
-    ok = bool(node.allreduce(int(ok), op=MPI.MIN))
-    node.Barrier()  # every peer has read ``mine`` before it goes
-    return pids if ok else None
+    ok = all(node.allgather_obj(ok))  # every peer has read ``mine`` by now: it may go
+    return list(pids) if ok else None

@@ -1,210 +1,188 @@
-"""Direct collectives within a node: every rank reads its peers' buffers in place.
+"""Direct collectives within a node: every rank reads (or writes) its peers' buffers in place.
 
-``x`` and ``out`` come as the caller passed them (any shape, C-contiguous);
-what is read and written are flat views. A call posts its header with where its
-source (and, for an all-reduce or all-gather, its destination) lives, waits
-until every peer has posted, compares the headers (signals.py), and only then
-reads:
-
-- reduce-scatter: each rank reduces its own segment reading every peer's
-  source segment, in cache-sized chunks (the partial result stays in cache
-  while the next peer's chunk streams in), straight into ``out``.
-- all-gather (gather.py): each rank copies every peer's piece into ``out``;
-  or, when every input and ``out`` is in the heap, writes its own piece into
-  every ``out`` (the push).
-- all-reduce (allreduce.py): the reduce-scatter, then each reduced segment
-  written by its owner into every ``out`` (the push, every ``out`` in the
-  heap) or copied by every peer (the pull); or one phase where every rank
-  reduces the whole vector.
-- broadcast: every rank copies the root's buffer.
+``Direct`` holds what every direct road shares: the heap, the control slots,
+the stage window, the steps of a call (``start``: post the header and where
+this rank's buffers live, wait for every peer, compare headers, stage an
+ordinary input; ``finish``: done, and wait for the peers that read ours), and
+the caches of views bound to the caller's arrays. Each collective is a
+collaborator with the Direct passed in: allreduce.py, gather.py, scatter.py
+(reduce-scatter), and below, broadcast and barrier. Which road a call takes
+among direct, one-phase, push, staged-ring and pipe is roads.choose's, asked
+once the headers are posted (``road``); by_ring.py and pipe.py run the two
+that leave the direct algorithms.
 
 Each element is read once from each rank and written once. Before
 returning, every rank waits until every peer says it is done reading (the
 caller may overwrite its buffers as soon as we return), unless peers read
-only its stage copy (see _finish).
-
-Ordinary arrays are staged (by default on two ranks of one node, see
-symmetric/__init__.py): copied into one half of a symmetric stage window, the
-halves alternating by call, only the bytes peers read (a reduce-scatter's own
-segment is read in place, so it is not copied); above ``stage_max[kind]``
-bytes a staged call takes the ring over MPI after the header check instead
-(``_by_ring``).
+only its stage copy (``finish``). Ordinary arrays are staged (stage.py):
+copied into one half of the stage window, the halves alternating by call.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .. import roads
 from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
-from .allreduce import AllReduce, _flat
+from ..roads import Facts, Road
+from . import stage
+from .allreduce import AllReduce, flat
 from .by_ring import by_ring
-from .cma import CMA_WIN
-from .cma import address as _addr
-from .cma import MIN_BYTES as CMA_MIN_BYTES
-from .fast import resumed
+from .cma import address
 from .gather import AllGather
-from .pipe import by_pipe, chunk_bytes, piped
-from .signals import DONE, INPUT, READY
-from .stage import copy_in, rs_parts
-from .stage import ranges_of as _ranges
+from .pipe import by_pipe
+from .scatter import ReduceScatter
+from .signals import CMA_WIN, DONE, INPUT, PRIVATE, READY
 
-CHUNK_BYTES = 64 * 1024  # the partial sum of a chunk stays in L2 while every peer's chunk is added
 _F32 = np.dtype(np.float32)
 _HALF = frozenset(to_dtype(h) for h in HALF)
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-class Direct(AllReduce, AllGather):
-    """The direct algorithms over one node's heap and control slots."""
+class Direct:
+    """The direct roads over one node's heap and control slots.
 
-    def __init__(self, heap, signals):
-        self.heap, self.sig = heap, signals
+    Args:
+      heap: the node's Heap.
+      signals: the node's Signals.
+      tuning: the communicator's Tuning.
+      forced: {collective: Road} forced for every call (roads.parse), or empty.
+      auto: staging limits apply (the tuning's stage is "auto").
+    """
+
+    def __init__(self, heap, signals, tuning, forced=None):
+        self.heap, self.sig, self.tuning = heap, signals, tuning
         self.rank, self.size = heap.rank, heap.size
-        self._plans: dict = {}
+        self.forced = dict(forced or {})
+        self.plans: dict = {}  # views and decisions per call shape and posted locations
+        self._work: dict = {}  # views bound to the caller's arrays (see bind)
         self._tmp: dict = {}
-        self._work: dict = {}  # views bound to the caller's arrays (see _bind)
-        self._need_scratch: dict = {}
-        self._staged: dict = {}  # locations -> whether some input is staged
-        self.staged = False  # this call's
-        # per collective: staged calls whose (agreed) input is larger take the ring over
-        # MPI after the header check here (set by staged() by default, on one node;
-        # None stages every size)
-        self.stage_max: dict | None = None
-        self.via_ring = False
-        # per collective: staged calls at least this large take the pipe instead of the
-        # ring (pipe.py; set by staged(); None: never)
-        self.pipe_min: dict | None = None
-        self.pipe_chunk = chunk_bytes()
-        self._stage = None
-        self._key = None
-        self._resume = None  # (base, rc, program): a C program stopped in this call (fast.py)
+        self.stage_window = None  # grows with the sizes staged (heap scratch "stage")
+        self.key = None  # every rank's posted locations this call (a cache key)
+        self.staged = False  # this call: some rank's input is staged
+        self.offered = False  # this call: our input was offered to peers in place (cma.py)
+        self.road = Road.DIRECT  # the road this call took
+        self.stop = None  # (base, what, q, phase): where this call's C program stopped (fast/program.py)
         self.pids = None  # the node's pids, where every rank may read the others' memory (cma.py)
-        self.offered = False  # this call's input was offered to peers in place (cma.py)
+        self.all_reduce_ = AllReduce(self)
+        self.all_gather_ = AllGather(self)
+        self.reduce_scatter_ = ReduceScatter(self)
 
-    # ---------------------------------------------------------------- plans
-    def _src(self, q, count, dt):
+    # the collectives (x and out as the caller passed them; loc: where each is in the heap, None: private)
+    def all_reduce(self, ctx, hdr, x, out, op, xloc, oloc):
+        return self.all_reduce_.run(ctx, hdr, x, out, op, xloc, oloc)
+
+    def all_gather(self, ctx, hdr, x, out, counts, xloc, ranges=None, oloc=None):
+        return self.all_gather_.run(ctx, hdr, x, out, counts, xloc, ranges, oloc)
+
+    def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc, ranges=None):
+        return self.reduce_scatter_.run(ctx, hdr, x, out, counts, op, xloc, ranges)
+
+    # ------------------------------------------------------------------ roads
+    def if_staged(self, kind, nbytes, piece, dt, op=None) -> Road:
+        """The road a staged call of these sizes would take, known before the post (a staged
+        input bound for the pipe or the ring is not copied in early); cached per shape."""
+        key = ("if staged", kind, nbytes, piece, dt, op)
+        v = self.plans.get(key)
+        if v is None:
+            f = Facts(kind, nbytes, piece, dt, op, world=self.size, direct=True, staged=True, pushable=False,
+                      overlap=False)
+            forced = self.forced.get(kind)
+            v = self.cached(key, lambda: forced if forced is not None else roads.choose(f, self.tuning).road)
+        return v
+
+    def leaves(self, kind, nbytes, piece, dt, op=None) -> bool:
+        """Whether a staged call of these sizes leaves the direct algorithms (pipe, ring)."""
+        return self.if_staged(kind, nbytes, piece, dt, op) in (Road.PIPE, Road.STAGED_RING)
+
+    def choose(self, kind, nbytes, piece, dt, op=None, pushable=False, overlap=False) -> Road:
+        """This call's road from the posted facts (cached per shape and posted locations)."""
+        key = ("road", kind, nbytes, piece, dt, op, self.key)
+        road = self.plans.get(key)
+        if road is None:
+            f = Facts(kind, nbytes, piece, dt, op, world=self.size, direct=True, staged=self.staged,
+                      pushable=pushable() if callable(pushable) else pushable,
+                      overlap=overlap() if callable(overlap) else overlap)
+            road = self.cached(key, lambda: roads.choose(f, self.tuning, self.forced.get(kind)).road)
+        self.road = road
+        return road
+
+    # ----------------------------------------------------------------- steps
+    def src(self, q, count, dt):
+        """Node rank q's input this call: its heap array or its stage copy."""
         loc = self.sig.loc(q, 0)
         if loc[0] < 0:  # staged: in the half of q's stage window that this call uses
-            return self._staged_view(q, self.sig.epoch, count * dt.itemsize).view(dt)
+            return self.staged_view(q, self.sig.epoch, count * dt.itemsize).view(dt)
         return self.heap.peer_view(q, loc, count, dt)
 
-    def _staged_view(self, q, epoch, nbytes):
+    def staged_view(self, q, epoch, nbytes):
         """Node rank q's stage bytes for call ``epoch``: the window's two halves
         alternate by call, so a rank may copy its next input in while a slow peer
         still reads the last one (and needs no done-reading wait for it)."""
-        w = self._stage
+        w = self.stage_window
         o = (epoch & 1) * (w.nbytes // 2 // 64 * 64)
         return w.peers[q][o:o + nbytes]
 
-    def _start(self, ctx, hdr, x, xloc, stage_bytes, dst=(-1, -1), root=None, kind="all_reduce", parts=None,
-               cma=False, pipe=False):
-        """Post, wait for every header, check; stage inputs that are not in the heap.
+    def start(self, ctx, hdr, x, xloc, stage_bytes, dst=(PRIVATE, PRIVATE), root=None, leaves=False, parts=None,
+              offer=False) -> int:
+        """Post, wait for every header, check; stage an input that is not in the heap.
         A staged input is copied into the stage window before posting when the
         window is already large enough (then every rank's is: they only ever grow
         together, to agreed sizes, and nobody reads it before the check), else
         after the check, once the window has grown, and announced with INPUT.
-        ``parts``: the (offset, count) ranges of x that peers read (None: all).
-        ``cma``: a private input of at least cma.MIN_BYTES is offered in place
-        instead (peers read it with process_vm_readv, see cma.py).
-        ``pipe``: a staged call goes through the pipe (pipe.py), not copied in:
-        then ``via_ring`` says the call leaves the direct algorithms, for the pipe.
-        Returns the call's flag base; ``self._key`` names every rank's locations
-        for plan caches."""
+
+        Args:
+          stage_bytes: what a stage holds (agreed: every rank computes it alike).
+          root: a broadcast's root (only its input is read).
+          leaves: a staged call would leave the direct algorithms (``leaves``): not copied early.
+          parts: the (offset, count) ranges of x that peers read (None: all).
+          offer: a private input is offered in place (peers read it with process_vm_readv).
+
+        Returns the call's flag base; ``self.staged`` and ``self.key`` describe every
+        rank's posted locations. The caller then asks ``choose``: for the pipe and the
+        ring, nothing was staged (when ``leaves``).
+        """
         sig = self.sig
-        big = pipe or (self.stage_max is not None and stage_bytes > self.stage_max[kind])
-        offer = self.offered = cma and xloc is None and self.pids is not None and stage_bytes >= CMA_MIN_BYTES
+        self.offered = offer
         copy = xloc is None and not offer and (root is None or root == self.rank)
-        if self._resume is not None:  # a C program posted, waited and checked (fast.py)
-            base, early = self._resumed(ctx), copy
+        need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
+        if self.stop is not None:  # a C program posted, waited and checked (fast/program.py)
+            stop, self.stop = self.stop, None
+            base, early = sig.resumed(ctx, stop), copy
         else:
             if xloc is not None or offer:  # the hot path: our input is in the heap, or read in place
                 early = False
-                base = sig.post(hdr, xloc if xloc is not None else (CMA_WIN, _addr(x)), dst, INPUT)
+                base = sig.post(hdr, xloc if xloc is not None else (CMA_WIN, address(x)), dst, INPUT)
             else:
-                need = 2 * ((stage_bytes + 63) // 64 * 64)  # two halves, each on whole cache lines
                 # early only when the window will not grow below (the copy would be lost)
-                early = copy and not big and self._stage is not None and self._stage.nbytes >= need
+                w = self.stage_window
+                early = copy and not leaves and w is not None and w.nbytes >= need
                 if early:
-                    self._copy_in(sig.epoch + 1, x, parts)
-                base = sig.post(hdr, (-1, -1), dst, INPUT if early else READY)
+                    stage.copy_in(self, sig.epoch + 1, x, parts)
+                base = sig.post(hdr, (PRIVATE, PRIVATE), dst, INPUT if early else READY)
             sig.wait_all(ctx, base + READY, "header posted")
             sig.check(ctx)
         key = sig.locs_key()
-        staged = self._staged.get((key, root))
+        staged = self.plans.get(("staged", key, root))
         if staged is None:
-            if len(self._staged) > 256:
-                self._staged.clear()
-            staged = self._staged[(key, root)] = sig.staging() if root is None else sig.loc(root, 0)[0] < 0
+            staged = self.cached(("staged", key, root), lambda: sig.staging() if root is None
+                                 else sig.loc(root, 0)[0] < 0)
         self.staged = staged  # node-wide: some rank's input is staged this call
-        self.via_ring = staged and big  # every rank decides alike: sizes and locations are agreed
-        if self.via_ring:
+        self.key = key
+        if not staged or (leaves and staged):
             return base
-        if staged:
-            need = 2 * ((stage_bytes + 63) // 64 * 64)
-            self._stage = self.heap.scratch(need, "stage")
-            if copy and not early:
-                self._copy_in(sig.epoch, x, parts)
-                sig.raise_to(base + INPUT)
-            key = (key, self._stage.index, sig.epoch & 1)
-            if root is None:
-                sig.wait_all(ctx, base + INPUT, "input staged")
-            elif self.rank != root and sig.slots[root][0] < base + INPUT:
-                sig.wait(ctx, root, base + INPUT, "input staged")
-        self._key = key
+        self.stage_window = self.heap.scratch(need, "stage")
+        if copy and not early:
+            stage.copy_in(self, sig.epoch, x, parts)
+            sig.raise_to(base + INPUT)
+        self.key = (key, self.stage_window.index, sig.epoch & 1)
+        if root is None:
+            sig.wait_all(ctx, base + INPUT, "input staged")
+        elif self.rank != root and sig.slots[root][0] < base + INPUT:
+            sig.wait(ctx, root, base + INPUT, "input staged")
         return base
 
-    _copy_in = copy_in  # staging (stage.py)
-    _rs_parts = rs_parts
-
-    def _cached(self, key, build):
-        p = self._plans.get(key)
-        if p is None:
-            if len(self._plans) > 256:
-                self._plans.clear()
-            p = self._plans[key] = build()
-        return p
-
-    def _locs(self, which):
-        s = self.sig
-        return tuple(s.loc(q, which) for q in range(self.size))  # slow: only when building a plan
-
-    def _reduce(self, op, dst, srcs):
-        """dst = op over srcs, in rank order (chunked when more than two are added)."""
-        f = _UFUNCS[op]
-        if len(srcs) == 1:
-            np.copyto(dst, srcs[0])
-        elif dst.dtype in _HALF:  # float32 accumulator, rounded once
-            step = CHUNK_BYTES // 4
-            for lo in range(0, dst.size, step):
-                acc = srcs[0][lo:lo + step].astype(_F32)
-                for s in srcs[1:]:
-                    f(acc, s[lo:lo + step].astype(_F32), out=acc)
-                dst[lo:lo + step] = acc.astype(dst.dtype)
-        elif len(srcs) == 2:
-            f(srcs[0], srcs[1], out=dst)
-        else:
-            step = max(1, CHUNK_BYTES // dst.itemsize)
-            for lo in range(0, dst.size, step):
-                d = dst[lo:lo + step]
-                f(srcs[0][lo:lo + step], srcs[1][lo:lo + step], out=d)
-                for s in srcs[2:]:
-                    f(d, s[lo:lo + step], out=d)
-        if op == "avg":
-            NUMPY_KERNELS.scale(dst, self.size)
-
-    def _trace(self, ctx, phase, reads, pushed=False):
-        """Record direct reads as receives (the trace's byte totals and Chrome view
-        show them beside the ring's): ``reads`` is [(node rank, segment, bytes)].
-        ``pushed``: the bytes were written into our out by their owner (the push),
-        not read by us; recorded alike, marked so (explain says who copied)."""
-        w = self.sig.world
-        more = {"pushed": True} if pushed else {}
-        for q, seg, nbytes in reads:
-            if q != self.rank and nbytes:
-                ctx.tracer.event("recv", rank=ctx.rank, label=ctx.label, phase=phase, step=0, peer=w[q], seg=seg,
-                                  nbytes=int(nbytes), **more)
-
-    def _finish(self, ctx, base, xloc=0):
+    def finish(self, ctx, base, xloc=0):
         """Done reading peers' buffers; return once every peer is too. A rank whose
         input was staged (``xloc`` None) and whose destination nobody reads need not
         wait: peers read only its stage copy, whose half is not rewritten until
@@ -214,84 +192,101 @@ class Direct(AllReduce, AllGather):
         if xloc is not None:
             sig.wait_all(ctx, base + DONE, "done reading")
 
-    _by_ring = by_ring  # large staged calls: the ring over MPI (by_ring.py)
-    _by_pipe = by_pipe  # larger ones: the pipe (pipe.py)
-    _piped = piped
+    def leave(self, ctx, base, kind, x, out, counts, op):
+        """Run this call's road when it left the direct algorithms: the pipe or the ring."""
+        if self.road is Road.PIPE:
+            return by_pipe(self, ctx, base, kind, x, out, counts, op)
+        return by_ring(self, ctx, base, kind, x, out, counts, op)
 
-    # ------------------------------------------------------------ collectives
-    def reduce_scatter(self, ctx, hdr, x, out, counts, op, xloc, ranges=None):
-        """Node rank r gets segment r, or with ``ranges`` (per node rank, a tuple of
-        (offset, count) in x: what the hierarchy needs) those ranges, concatenated."""
-        dt = x.dtype
-        ckey = tuple(counts) if ranges is None else ranges
-        parts = self._rs_parts(x, out, xloc, counts, ranges, ckey)  # staged: only what peers read
-        base = self._start(ctx, hdr, x, xloc, x.nbytes, kind="reduce_scatter", parts=parts)
-        if self.via_ring:
-            return self._by_ring(ctx, base, "reduce_scatter", x, out, counts, op)
-        wkey = ("rs", id(x), id(out), x.size, out.size, dt, ckey, self._key, xloc is None)
+    def reduce(self, op, dst, srcs):
+        """dst = op over srcs, in rank order (chunked when more than two are added)."""
+        f = _UFUNCS[op]
+        if len(srcs) == 1:
+            np.copyto(dst, srcs[0])
+        elif dst.dtype in _HALF:  # float32 accumulator, rounded once
+            step = self.tuning.reduce_chunk_bytes // 4
+            for lo in range(0, dst.size, step):
+                acc = srcs[0][lo:lo + step].astype(_F32)
+                for s in srcs[1:]:
+                    f(acc, s[lo:lo + step].astype(_F32), out=acc)
+                dst[lo:lo + step] = acc.astype(dst.dtype)
+        elif len(srcs) == 2:
+            f(srcs[0], srcs[1], out=dst)
+        else:
+            step = max(1, self.tuning.reduce_chunk_bytes // dst.itemsize)
+            for lo in range(0, dst.size, step):
+                d = dst[lo:lo + step]
+                f(srcs[0][lo:lo + step], srcs[1][lo:lo + step], out=d)
+                for s in srcs[2:]:
+                    f(d, s[lo:lo + step], out=d)
+        if op == "avg":
+            NUMPY_KERNELS.scale(dst, self.size)
+
+    def trace(self, ctx, phase, reads, pushed=False):
+        """Record direct reads as receives (the trace's byte totals and Chrome view
+        show them beside the ring's): ``reads`` is [(node rank, segment, bytes)].
+        ``pushed``: the bytes were written into our out by their owner (the push),
+        not read by us; recorded alike, marked so (explain says who copied)."""
+        w = self.sig.world
+        more = {"pushed": True} if pushed else {}
+        for q, seg, nbytes in reads:
+            if q != self.rank and nbytes:
+                ctx.tracer.event("recv", rank=ctx.rank, label=ctx.label, phase=phase, step=0, peer=w[q], seg=seg,
+                                 nbytes=int(nbytes), **more)
+
+    def cached(self, key, build):
+        p = self.plans.get(key)
+        if p is None:
+            if len(self.plans) > 512:
+                self.plans.clear()
+            p = self.plans[key] = build()
+        return p
+
+    def locs(self, which):
+        s = self.sig
+        return tuple(s.loc(q, which) for q in range(self.size))  # slow: only when building a plan
+
+    def bind(self, wkey, x, out, build):
+        """The views a call on these very arrays reads and writes, remembered with the
+        arrays (kept alive with them, so their ids stay theirs)."""
         work = self._work.get(wkey)
         if work is None or work[0] is not x or work[1] is not out:
-            work = self._bind(wkey, x, out, self._rs_work(x, out, xloc, ckey, ranges or _ranges(counts)))
-        for dst, srcs in work[2]:
-            self._reduce(op, dst, srcs)
-        if ctx.tracer is not None:
-            n = sum(srcs[0].nbytes for _, srcs in work[2])
-            self._trace(ctx, "direct reduce-scatter", [(q, self.rank, n) for q in range(self.size)])
-        self._finish(ctx, base, xloc)
+            if len(self._work) > 64:
+                self._work.clear()
+            work = self._work[wkey] = (x, out, build())
+        return work[2]
 
-    def _bind(self, wkey, x, out, work):
-        """Remember the views a call on these very arrays reads and writes (the
-        arrays are kept alive with them, so their ids stay theirs)."""
-        if len(self._work) > 64:
-            self._work.clear()
-        w = self._work[wkey] = (x, out, work)
-        return w
+    def scratch_array(self, count, dt):
+        """A private array of ``count`` elements, kept per shape (a few at most)."""
+        tmp = self._tmp.get((count, dt))
+        if tmp is None:
+            if len(self._tmp) >= 8:  # a caller cycling through sizes: keep memory bounded
+                self._tmp.clear()
+            tmp = self._tmp[(count, dt)] = np.empty(count, dt)
+        return tmp
 
-    def _rs_work(self, x, out, xloc, ckey, ranges):
-        """(destination view, source views) per range, for these x and out."""
-        dt, r = x.dtype, self.rank
-        plan = self._cached(("rs", x.size, dt, ckey, self._key), lambda: self._rs_plan(x.size, dt, ranges))
-        xf, of, work = _flat(x), _flat(out), []
-        for sl, srcs, o, c in plan:
-            dst = of[sl]
-            if xloc is None:  # staged: our own input read in place (the stage copy is the peers')
-                own = xf[o:o + c]
-                if self.size == 2 or not np.shares_memory(own, dst):
-                    srcs = srcs[:]
-                    srcs[r] = own
-            work.append((dst, srcs))
-        return work
-
-    def _rs_plan(self, count, dt, ranges):
-        views = [self._src(q, count, dt) for q in range(self.size)]
-        plan, at = [], 0
-        for o, c in ranges[self.rank]:
-            plan.append((slice(at, at + c), [v[o:o + c] for v in views], o, c))
-            at += c
-        return plan
-
+    # ---------------------------------------------------------- broadcast, barrier
     def broadcast(self, ctx, hdr, x, out, root, xloc):
         sig = self.sig
-        base = self._start(ctx, hdr, x, xloc, x.nbytes, root=root, kind="broadcast")
-        if self.via_ring:
-            return self._by_ring(ctx, base, "broadcast", x, out, root, None)
+        leaves = self.leaves("broadcast", x.nbytes, x.nbytes, x.dtype)
+        base = self.start(ctx, hdr, x, xloc, x.nbytes, root=root, leaves=leaves)
+        if self.choose("broadcast", x.nbytes, x.nbytes, x.dtype) is not Road.DIRECT:
+            return self.leave(ctx, base, "broadcast", x, out, root, None)
         if self.rank == root:
             if out is not x:
-                np.copyto(_flat(out), _flat(x))
-            self._finish(ctx, base, xloc)  # staged: peers read the stage copy, not x
+                np.copyto(flat(out), flat(x))
+            self.finish(ctx, base, xloc)  # staged: peers read the stage copy, not x
         else:
-            np.copyto(_flat(out), self._src(root, x.size, x.dtype))
+            np.copyto(flat(out), self.src(root, x.size, x.dtype))
             if ctx.tracer is not None:
-                self._trace(ctx, "direct broadcast", [(root, root, x.nbytes)])
+                self.trace(ctx, "direct broadcast", [(root, root, x.nbytes)])
             sig.raise_to(base + DONE)  # the root waits for this; nobody reads ours
 
     def barrier(self, ctx, hdr):
-        if self._resume is not None:  # a C program stopped (fast.py): raise what it found
-            return self._resumed(ctx)
+        self.road = Road.DIRECT
+        if self.stop is not None:  # a C program stopped (fast/program.py): raise what it found
+            stop, self.stop = self.stop, None
+            return self.sig.resumed(ctx, stop)
         base = self.sig.post(hdr)
         self.sig.wait_all(ctx, base + READY, "entered the barrier")
         self.sig.check(ctx)
-
-    def _resumed(self, ctx) -> int:  # where this call's C program stopped (fast.resumed)
-        r, self._resume = self._resume, None
-        return resumed(self.sig, ctx, r)

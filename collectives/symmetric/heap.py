@@ -1,88 +1,64 @@
-"""The symmetric heap: MPI-3 shared-memory windows that every rank of a node maps.
+"""The symmetric heap: windows of shared memory that every rank of a node maps.
 
-``MPI.Win.Allocate_shared`` gives each rank of a node (the ``COMM_TYPE_SHARED``
-split, or every ``COLLECTIVES_NODE_SIZE`` consecutive ranks when that is set)
-a segment, and ``Shared_query`` maps every peer's segment into this process:
-MPI does the mapping, nothing here is home-made. Every ``alloc`` is one
-window (a collective call over the node), so ranks that allocate the same
-shapes in the same order hold buffers at the same place in their segments.
+Each ``alloc`` is one window (shm.py: one segment per node rank, every peer's
+mapped into this process; a collective call over the node), so ranks that
+allocate the same shapes in the same order hold buffers at the same place in
+their segments.
 
-A buffer is found again from an array by its root (numpy keeps the array
-that wraps the window as every view's ``base``) and, for the byte offset, by
-a cache keyed on the array object: ``__array_interface__`` costs ~4 us,
-a dict lookup ~0.1 us.
+A buffer is found again from an array by its root (the array that wraps the
+window is every view's ``base``) and, for the byte offset, by a cache keyed
+on the array object: ``__array_interface__`` costs ~4 us, a dict lookup ~0.1 us.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
-from mpi4py import MPI
+
+from .shm import Segments
 
 CACHE_LINE = 64
 _MAX_CACHED = 4096  # arrays remembered by id; cleared past this (views made per call)
 
 
-def node_comm(comm: MPI.Comm) -> MPI.Comm:
-    """The ranks of ``comm`` that share this node's memory.
-
-    ``COLLECTIVES_NODE_SIZE=k`` makes every k consecutive ranks one node
-    (tests run the multi-node path on one machine that way); otherwise the
-    ``COMM_TYPE_SHARED`` split decides.
-    """
-    k = os.environ.get("COLLECTIVES_NODE_SIZE")
-    if k:
-        k = int(k)
-        if k < 1:
-            raise ValueError(f"COLLECTIVES_NODE_SIZE must be >= 1, got {k}")
-        return comm.Split(comm.Get_rank() // k, comm.Get_rank())
-    return comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-
-
 class Window:
-    """One shared window: this rank's segment and a view of every peer's."""
+    """One window: this rank's segment and a view of every peer's."""
 
-    def __init__(self, comm: MPI.Comm, nbytes: int, index: int):
-        info = MPI.Info.Create()
-        info.Set("alloc_shared_noncontig", "true")  # each rank's segment on its own pages
-        try:
-            self.win = MPI.Win.Allocate_shared(max(int(nbytes), CACHE_LINE), 1, info, comm)
-        finally:
-            info.Free()
+    def __init__(self, maps, rank: int, index: int):
+        self.maps = maps
         self.index = index
-        self.peers = []  # uint8 arrays, one per node rank
-        for q in range(comm.Get_size()):
-            buf, _ = self.win.Shared_query(q)
-            self.peers.append(np.frombuffer(buf, np.uint8))
-        self.mine = self.peers[comm.Get_rank()]
+        self.peers = [m.array for m in maps]  # uint8 arrays, one per node rank
+        self.mine = self.peers[rank]
         self.nbytes = self.mine.nbytes
 
     def free(self) -> None:
-        if self.win is not None:
+        if self.maps:
             self.peers, self.mine = [], None
-            self.win.Free()
-            self.win = None
+            for m in self.maps:
+                m.close()
+            self.maps = []
 
 
 class Heap:
     """Windows of one node, and where an array lives in them.
 
     Args:
-      comm: the node communicator (see ``node_comm``); collective calls
+      node: the node's bootstrap (collectives/bootstrap); collective calls
         (``alloc``, ``scratch``) must be made by every rank of it.
+      shm_dir: where the segments live (the tuning table's shm_dir).
     """
 
-    def __init__(self, comm: MPI.Comm):
-        self.comm = comm
-        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+    def __init__(self, node, shm_dir: str = "/dev/shm"):
+        self.node = node
+        self.rank, self.size = node.rank, node.size
+        self.segments = Segments(node, shm_dir)
         self.windows: list[Window | None] = []
-        self._roots: dict[int, Window] = {}  # id(root array or its MPI buffer) -> window
+        self._roots: dict[int, Window] = {}  # id(the root array, its window view or their buffer) -> window
         self._where: dict[int, tuple] = {}  # id(array) -> (array, window index, byte offset)
         self._scratch: dict[str, Window] = {}
         self._spans: list[tuple[int, Window]] = []  # (address of this rank's segment, window) of alloc's windows
 
     def _window(self, nbytes: int) -> Window:
-        w = Window(self.comm, nbytes, len(self.windows))
+        index = len(self.windows)
+        w = Window(self.segments.window(max(int(nbytes), CACHE_LINE), index), self.rank, index)
         self.windows.append(w)
         return w
 
@@ -94,6 +70,8 @@ class Heap:
         root = w.mine[:count * dtype.itemsize].view(dtype)
         self._roots[id(w.mine)] = w
         self._roots[id(root)] = w
+        if root.base is not None:
+            self._roots[id(root.base)] = w
         self._spans.append((w.mine.__array_interface__["data"][0], w))
         arr = root.reshape(shape)
         return arr
@@ -109,9 +87,6 @@ class Heap:
                 self.windows[s.index] = None
                 s.free()
             # powers of two: a sweep of sizes reallocates a few times, not at every size
-            # (each Allocate_shared is a collective call, and Open MPI's component
-            # selection inside it has crashed now and then: "free(): invalid pointer"
-            # in ucp_cleanup, while the UCX one-sided component declines)
             s = self._scratch[name] = self._window(max(1 << 16, 1 << (int(nbytes) - 1).bit_length()))
         return s
 

@@ -1,7 +1,7 @@
-"""Several nodes: the direct path within each node, the ring between nodes.
+"""The hier road: the direct roads within each node, the ring between nodes.
 
-Nodes are blocks of k consecutive ranks (the ``COMM_TYPE_SHARED`` split, or
-``COLLECTIVES_NODE_SIZE=k``), all of one size; node j's local rank l is
+Nodes are blocks of k consecutive ranks (the ranks on one host, or the tuning
+table's ``node_size`` k), all of one size; node j's local rank l is
 world rank j*k + l. Local rank l of every node forms rail l, a communicator
 on which the existing ring runs (its own header check covers the rail; the
 direct calls check within each node; every rank is linked to every other
@@ -26,33 +26,31 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CollectiveError, MismatchError
-from ..schedule import offsets, split_counts
+from ..host.schedule import offsets, split_counts
 
 POISON_S = 2.0  # how long a rank that found a node mismatch waits to tell its rail (then raises anyway)
 
 
 class Hierarchy:
-    """Node-aware collectives for a Symmetric whose world spans several nodes."""
+    """Node-aware collectives for a Symmetric whose world spans several nodes.
 
-    def __init__(self, comm, sym, node_ranks):
-        world = comm.transport.comm
-        k, me = len(node_ranks), world.Get_rank()
+    Args:
+      world: the world's bootstrap.
+      sym: the Symmetric (its Direct runs the node's part).
+      node_ranks: the world rank of every rank of this node.
+      make_rail: makes the Communicator of a rail from its bootstrap (the ring between
+        nodes, staging nothing: its ranks are on different nodes).
+    """
+
+    def __init__(self, world, sym, node_ranks, make_rail):
+        k, me = len(node_ranks), world.rank
         self.k, self.local = k, node_ranks.index(me)
         self.node = me // k if k else 0
-        nodes = world.allgather(list(node_ranks))
+        nodes = world.allgather_obj(list(node_ranks))
         self.usable = all(r == [j // k * k + i for i in range(k)] for j, r in enumerate(nodes))
-        self.nodes = world.Get_size() // k
+        self.nodes = world.size // k
         self.sym, self.direct, self.heap = sym, sym.direct, sym.heap
-        rail_mpi = world.Split(self.local, me)
-        from ..communicator import Communicator  # the ring between nodes, as every caller sees it
-        from . import _no_stage
-        _no_stage[0] += 1  # the rail runs the ring: it stages nothing (its ranks are on different nodes)
-        try:
-            self.rail = Communicator(rail_mpi, timeout=comm.timeout, chunk_bytes=comm.chunk_bytes,
-                                     small_bytes=comm.small_bytes)
-        finally:
-            _no_stage[0] -= 1
-        rail_mpi.Free()
+        self.rail = make_rail(world.split(self.local, me))  # it owns (and closes) the rail's bootstrap
         self._bufs: dict = {}
         self._plans: dict = {}
 

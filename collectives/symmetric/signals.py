@@ -23,32 +23,33 @@ deadline and names the peer that never arrived (CollectiveTimeout), which is
 also what a rank that died turns into.
 
 Stores are ordered on x86 (TSO): data written before the flag is visible
-before it. Spinning follows context.py: spin while each rank has a core,
-yield and then sleep when the node is oversubscribed or the wait is long.
+before it. Waits follow the communicator's WaitPolicy (waiting.py).
+
+A posted location is (window, byte offset) in the heap, or one of the codes
+PRIVATE (an input staged into the stage window; an out outside the heap),
+STAGE_WIN (an all-reduce's out: "my stage window") and CMA_WIN (a private
+all-gather input offered in place, at the address in the offset: cma.py).
 """
 from __future__ import annotations
 
-import os
 import struct
 import time
 
 import numpy as np
 
-from ..agree import NF, describe
+from ..safety.agree import NF, describe
 from ..errors import CollectiveError, CollectiveTimeout, MismatchError
-from ..work import on_progress_thread
 
 READY, INPUT, REDUCED, DONE = 1, 2, 3, 4  # phases; a call's epoch spans 8 values
+WAITS = {READY: "header posted", INPUT: "input staged", REDUCED: "segment reduced", DONE: "done reading"}
+PRIVATE, STAGE_WIN, CMA_WIN = -1, -3, -4  # posted window codes for what is not in the heap
 AREA = NF + 4  # header words, then src (win, off) and dst (win, off)
 SLOT = 8 + 2 * AREA  # int64 words
 SLOT_BYTES = (SLOT * 8 + 63) // 64 * 64
 _HDR = struct.Struct(f"={AREA}q")
 _LOCS = struct.Struct("=4q")  # after a header.Header's packed fields
 _HEAD = NF * 8
-_PRIVATE = (-1, -1)
-_SPIN_S = 20e-3
-_YIELD_S = 2e-3
-_MAX_SLEEP_S = 200e-6
+_PRIVATE = (PRIVATE, PRIVATE)
 
 
 class Signals:
@@ -57,10 +58,10 @@ class Signals:
     Args:
       heap: the node's Heap (the control window is allocated from it).
       world_ranks: the world rank of every node rank (for messages).
-      oversubscribed: more ranks than cores here: waits yield at once.
+      policy: how waits spin, yield and sleep (the communicator's WaitPolicy).
     """
 
-    def __init__(self, heap, world_ranks, oversubscribed: bool):
+    def __init__(self, heap, world_ranks, policy):
         self.rank, self.size = heap.rank, heap.size
         self.world = list(world_ranks)
         w = heap._window(SLOT_BYTES)
@@ -79,10 +80,10 @@ class Signals:
         self._mybuf = [memoryview(w.mine[8 * (8 + a * AREA):8 * (8 + (a + 1) * AREA)]) for a in range(2)]
         lo = [8 * (8 + a * AREA + NF) for a in range(2)]  # every rank's (src, dst) locations, as bytes
         self._locs = [[memoryview(p[lo[a]:lo[a] + 32]) for p in w.peers] for a in range(2)]
-        self.spin = 0.0 if oversubscribed else _SPIN_S
+        self.policy = policy
         self.epoch = 0
         self.pipe_seq = 0  # pipe steps so far (pipe.py): the same on every rank
-        heap.comm.Barrier()  # every slot zeroed before anyone polls it
+        heap.node.barrier()  # every slot zeroed before anyone polls it
 
     def post(self, hdr, src=_PRIVATE, dst=_PRIVATE, phase: int = READY) -> int:
         """Start a new call: write the header and locations, raise the flag. Returns the epoch base."""
@@ -155,11 +156,9 @@ class Signals:
         for _ in range(64):
             if s[0] >= value:
                 return
-        start = time.monotonic()
-        # the progress thread never spins: it shares the rank's core with the caller's compute
-        # (context.py's wait_policy); a spinning DONE wait there cost FSDP2 a quarter of its speed
-        spin = 0.0 if on_progress_thread() else self.spin
-        deadline, sleep, polls = ctx.deadline, 20e-6, 0
+        deadline, polls = ctx.deadline, 0
+        now = time.monotonic()
+        pace = self.policy.pacer(now)
         while s[0] < value:
             polls += 1
             if polls & 255:
@@ -167,13 +166,24 @@ class Signals:
             now = time.monotonic()
             if now > deadline:
                 self._timeout(ctx, q, value, step)
-            waited = now - start
-            if waited > spin:
-                if waited < spin + _YIELD_S:
-                    os.sched_yield()
-                else:
-                    time.sleep(sleep)
-                    sleep = min(sleep * 2, _MAX_SLEEP_S)
+            if not pace.spinning(now):
+                pace.pause(now)
+
+    def resumed(self, ctx, stop) -> int:
+        """Where a C program stopped (fast/program.py), as the Python path goes on: raise
+        its mismatch or timeout from the slots, or return the call's flag base (peers
+        posted other locations: the header check has passed, the call goes on here).
+
+        Args:
+          stop: (base, what, q, phase): what is "mismatch", "timeout" (waiting for node
+            rank q to reach ``phase``) or "changed".
+        """
+        base, what, q, phase = stop
+        if what == "mismatch":
+            self._mismatch(ctx)
+        if what == "timeout":
+            self._timeout(ctx, q, base + phase, WAITS[phase])
+        return base
 
     def _timeout(self, ctx, q, value, step):
         peer = self.world[q]

@@ -1,22 +1,16 @@
-"""Staging ordinary host arrays (a part of Direct, see direct.py).
+"""Staging ordinary host arrays for the direct roads (functions of a Direct, direct.py).
 
 A rank whose input is not in the heap copies it into one half of its stage
 window (the halves alternate by call), at the input's own offsets, so peers
 read it there as they would a heap input. Only the bytes peers read are
 copied: a staged reduce-scatter's own segment is read in place by its owner
-and by nobody else, so from ``PARTS_MIN_BYTES`` it is left out.
+and by nobody else, so from ``rs_parts_min_bytes`` it is left out.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import offsets
-from .allreduce import _flat
-
-# staged reduce-scatters this large copy in only the segments peers read (paired, two
-# ranks: 0.84x the time of a whole copy at 1 MiB, 0.71x at 4 MiB; no gain measured
-# up to 256 KiB, where one copy call costs less than the bookkeeping)
-PARTS_MIN_BYTES = 512 * 1024
+from ..host.schedule import offsets
 
 
 def ranges_of(counts):
@@ -24,10 +18,11 @@ def ranges_of(counts):
     return tuple(((o, c),) for o, c in zip(offsets(counts), counts))
 
 
-def copy_in(self, epoch, x, parts):
-    """x into this rank's stage half for call ``epoch``, at x's own offsets: all of
+def copy_in(d, epoch, x, parts):
+    """x into Direct ``d``'s stage half for call ``epoch``, at x's own offsets: all of
     it, or only ``parts`` ((offset, count) ranges, the bytes peers read)."""
-    dst, xf = self._staged_view(self.rank, epoch, x.nbytes).view(x.dtype), _flat(x)
+    dst = d.staged_view(d.rank, epoch, x.nbytes).view(x.dtype)
+    xf = x if x.ndim == 1 else x.reshape(-1)
     if parts is None:
         np.copyto(dst, xf)
     else:
@@ -48,14 +43,11 @@ def peer_parts(count, mine):
     return tuple(p)
 
 
-def rs_parts(self, x, out, xloc, counts, ranges, ckey):
+def rs_parts(d, x, out, xloc, counts, ranges, ckey):
     """What a reduce-scatter copies in: None (all of x, or nothing when x is in the
     heap), or the ranges peers read when x is staged, large, and read in place by
     this rank (always on two ranks; else when out cannot overlap it)."""
-    if xloc is not None or x.nbytes < PARTS_MIN_BYTES or (self.size != 2 and np.may_share_memory(x, out)):
+    if xloc is not None or x.nbytes < d.tuning.rs_parts_min_bytes or \
+            (d.size != 2 and np.may_share_memory(x, out)):
         return None
-    key = ("parts", x.size, ckey)
-    parts = self._plans.get(key)
-    if parts is None:
-        parts = self._cached(key, lambda: peer_parts(x.size, (ranges or ranges_of(counts))[self.rank]))
-    return parts
+    return d.cached(("parts", x.size, ckey), lambda: peer_parts(x.size, (ranges or ranges_of(counts))[d.rank]))

@@ -1,6 +1,6 @@
 """In-process transport: N simulated ranks as threads sharing one Fabric.
 
-Unit tests and ``python -m collectives.explain`` run the real ring code on it
+Unit tests and ``python -m collectives.teach.explain`` run the real ring code on it
 without mpirun. Sends copy their bytes at once (eager), receives complete
 when a matching message is there; matching follows post order per
 (source, destination, tag), as in MPI. A message longer than its receive
@@ -15,6 +15,8 @@ from collections import defaultdict, deque
 import numpy as np
 
 from ..errors import CollectiveError
+from ..tuning import defaults
+from ..waiting import WaitPolicy
 
 
 class _Recv:
@@ -63,6 +65,7 @@ class InProcTransport:
         self.fault = None  # test-only hook, as in MpiTransport
         self.oversubscribed = True  # ranks are threads sharing the GIL: waits must not spin
         self.core_bound = True
+        self.policy = WaitPolicy(defaults(), True, True)
 
     def isend(self, buf: np.ndarray, peer: int, tag: int):
         if self.fault is not None and self.fault("send", peer, tag):

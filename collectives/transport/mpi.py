@@ -1,11 +1,13 @@
 """MPI point-to-point transport for host arrays (mpi4py)."""
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 from mpi4py import MPI
+
+from ..tuning import defaults
+from ..waiting import WaitPolicy
 
 
 _U8 = np.dtype(np.uint8)
@@ -34,21 +36,21 @@ class MpiTransport:
     """Non-blocking sends and receives on a private duplicate of a communicator.
 
     The duplicate keeps our tags apart from the user's own messages.
+
+    Args:
+      comm: the ranks, in their order.
+      busy: (oversubscribed, core_bound) of this rank (busy_policy), which the
+        bootstrap works out at setup (``MpiBootstrap(comm).transport()`` makes one).
+      tuning: the settings its waits follow (waiting.py); the built-in ones when None.
     """
 
-    def __init__(self, comm: MPI.Comm):
+    def __init__(self, comm: MPI.Comm, busy: tuple[bool, bool], tuning=None):
         self.comm = comm.Dup()
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        # More ranks on this node than cores: waits must yield instead of spin.
-        # The cores are the union of the local ranks' affinities: mpirun binds
-        # each rank to one core, so one rank's own affinity says nothing.
-        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-        self.local_size = local.Get_size()
-        own = os.sched_getaffinity(0)
-        cores = set().union(*local.allgather(sorted(own)))
-        local.Free()
-        self.oversubscribed, self.core_bound = busy_policy(self.local_size, len(cores), len(own))
+        # more ranks on this node than cores: waits must yield instead of spin
+        self.oversubscribed, self.core_bound = busy
+        self.policy = WaitPolicy(tuning if tuning is not None else defaults(), *busy)
         self.orphans = []  # requests of a collective that failed: kept alive (see Context.abandon)
         self.fault = None  # test-only hook: fault(kind, peer, tag) -> True drops the message
 

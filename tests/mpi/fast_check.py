@@ -61,14 +61,15 @@ def reduce_all(xs, op):
 
 def runs(comm):
     """Calls that ran to the end in C, over every cached plan."""
-    return sum(getattr(p.fast, "runs", 0) for p in comm._plans.values()) + \
-        getattr(getattr(comm._barrier_plan, "fast", None), "runs", 0)
+    return sum(getattr(p.program, "runs", 0) for p in comm.plans.values()) + \
+        getattr(getattr(comm._barrier_plan, "program", None), "runs", 0)
 
 
 def grid():
     comm = Communicator(timeout=60)
     heap = comm.alloc((3 * 8192 * n,), np.float64)  # bytes for every case's x and out
-    extra["enabled"] = __import__("collectives.symmetric.fast", fromlist=["ENABLED"]).ENABLED
+    from collectives.fast.codes import has_c
+    extra["enabled"] = bool(comm.tuning.fast) and has_c()
     total = 0
     for dtype in (np.float32, np.float64, np.int32, np.int64):
         ops = ["sum", "prod"] + (["max", "min"] if np.dtype(dtype).kind == "i" else [])
@@ -112,7 +113,7 @@ def grid():
                     check(f"all_gather in place {np.dtype(dtype)} {count} {where} #{call}",
                           comm.all_gather(own, out=out), np.concatenate([v[:piece] for v in xs]))
                 total += runs(comm)
-                comm._plans.clear()  # count each plan's runs once
+                comm.plans.clear()  # count each plan's runs once
     for _ in range(REPEAT):
         comm.barrier()
     extra["barrier_runs"] = runs(comm)
@@ -169,9 +170,9 @@ def cma():
     """Ordinary all-gather pieces from cma.MIN_BYTES are read in place (process_vm_readv)
     unless x is inside out (then staged): even and uneven pieces, a heap input on rank 0 too; repeated, so
     the C programs (CMAREAD) take the later calls. COLLECTIVES_CMA=0: staged instead."""
-    from collectives.symmetric.cma import MIN_BYTES
     comm = Communicator(timeout=60)
-    extra["pids"] = comm._symmetric.direct.pids is not None
+    MIN_BYTES = comm.tuning.cma_min_bytes
+    extra["pids"] = comm.symmetric.direct.pids is not None
     heap = comm.alloc((4 * MIN_BYTES // 4 * n,), np.float32)
     offered = 0
     for piece in (MIN_BYTES // 8, MIN_BYTES // 4, MIN_BYTES // 4 + 13, MIN_BYTES // 2):  # float32 elements
@@ -190,7 +191,7 @@ def cma():
                 x[:] = xs[rank]
                 check(f"cma all_gather piece={piece} {where} #{call}",
                       comm.all_gather(x, out=out, counts=None if piece % 2 == 0 else counts), np.concatenate(xs))
-                offered += comm._symmetric.direct.offered
+                offered += comm.symmetric.direct.offered
     extra["offered"] = offered
     extra["runs"] = runs(comm)
     comm.close()
@@ -201,8 +202,8 @@ def push():
     allreduce.SMALL_BYTES): the owner of each piece or segment writes it into every
     out. Even and uneven pieces, in place or not, repeated so the later calls run as
     C programs; a rank whose out is private in the same calls makes them pull."""
-    from collectives.symmetric.gather import PUSH_MIN_BYTES
     comm = Communicator(timeout=60)
+    PUSH_MIN_BYTES = comm.tuning.push_min_all_gather
     total = PUSH_MIN_BYTES // 4 + 13 * n  # float32 elements of out: past the limit, not divisible by n
     hx, ho = comm.alloc((total + n * n,), np.float32), comm.alloc((total + n * n,), np.float32)
     pushed = 0
@@ -213,7 +214,7 @@ def push():
             out = np.empty(sum(counts), np.float32) if where.startswith("private") and rank == n - 1 else \
                 ho[:sum(counts)]
             x = out[lo:lo + counts[rank]] if where == "in place" else hx[:counts[rank]]
-            plans = comm._symmetric.direct._plans
+            plans = comm.symmetric.direct.plans
             plans.clear()  # so that what is left after the case is this case's
             for call in range(REPEAT):
                 xs = [np.arange(counts[q], dtype=np.float32) * (q + 2) + call for q in range(n)]

@@ -10,7 +10,7 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import CollectiveError, Communicator
-from collectives.ring import TAG_DATA
+from collectives.host.ring import TAG_DATA
 
 case = sys.argv[1]
 rank, n = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size

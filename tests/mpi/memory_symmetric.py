@@ -14,7 +14,7 @@ after_alloc = comm.memory_bytes()
 out = np.empty_like(x)             # a private out: the direct all-reduce reduces into heap scratch
 comm.all_reduce(x, out=out)
 after_call = comm.memory_bytes()
-heap = comm._symmetric.heap
+heap = comm.symmetric.heap
 own = sum(w.nbytes for w in heap.windows if w is not None) - x.nbytes
 print(json.dumps({"rank": comm.rank, "before": before, "after_alloc": after_alloc, "after_call": after_call,
                   "own": own, "ok": bool(np.all(out == sum(range(1, comm.size + 1))))}))

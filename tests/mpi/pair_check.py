@@ -4,7 +4,7 @@ All-reduce in and out of place (also through another object over x's memory)
 and reduce-scatter, every op, a few dtypes, and broadcast, at sizes past the
 staging limit (so a staging communicator hands them to the ring after its
 shared-memory header check) and on a communicator that never stages; in place
-past TWO_RANK_SCRATCH_BYTES (the chunk pipeline). All-gather with pieces past
+past the tuning table's pair_inplace_bytes (the chunk pipeline). All-gather with pieces past
 the staging limit, uneven, empty, in place. Each result is checked against
 numpy and against MPI's own collective, bit for bit, and each case must have
 moved its data on the ring (counted at the transport), with each segment as
@@ -17,8 +17,10 @@ import sys
 
 import numpy as np
 
-from collectives import Communicator, ring  # before mpi4py starts MPI (collectives/__init__.py)
-from collectives.schedule import split_counts
+from collectives import Communicator
+from collectives.host import ring
+from collectives.tuning import defaults
+from collectives.host.schedule import split_counts
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,7 +36,7 @@ os.environ["COLLECTIVES_STAGE"] = "0"
 plain = Communicator(timeout=60)
 del os.environ["COLLECTIVES_STAGE"]
 mpi = Communicator(algorithm="mpi", timeout=60)
-assert staging._symmetric is not None and plain._symmetric is None, "staging on two ranks, off when asked"
+assert staging.symmetric is not None and plain.symmetric is None, "staging on two ranks, off when asked"
 
 sent = [0]
 
@@ -87,7 +89,8 @@ def expected(count, dt, op):
     return e.astype(dt)
 
 
-big = 2 * ring.TWO_RANK_SCRATCH_BYTES  # in place: segments past the scratch bound
+TWO_RANK_SCRATCH_BYTES = defaults().pair_inplace_bytes
+big = 2 * TWO_RANK_SCRATCH_BYTES  # in place: segments past the scratch bound
 GRID = [(np.float32, (1 << 20) + 4, OPS), (np.float32, (3 << 20) + 12, OPS), (np.float32, big + 20, ["sum", "avg"]),
         (np.float16, (1 << 20) + 4, OPS), (np.int32, (1 << 20) + 4, OPS)]
 for dt, nbytes, ops in GRID:
@@ -110,7 +113,7 @@ for dt, nbytes, ops in GRID:
                 seg = max(split_counts(count, 2, 64 // dt.itemsize)) * dt.itemsize
                 # a floating avg without staging is divided into out first, then reduced there in place
                 own_out = in_place or (name == "plain" and op == "avg" and dt.kind == "f")
-                whole = not own_out or seg <= ring.TWO_RANK_SCRATCH_BYTES
+                whole = not own_out or seg <= TWO_RANK_SCRATCH_BYTES
                 check(label, got, want, base, sent[0], 2 if whole else None)
 
 for dt, nbytes in ((np.float32, (1 << 20) + 8), (np.float16, (3 << 20) + 4)):  # past the staging limit
@@ -153,7 +156,7 @@ for counts in ([piece, piece], [piece + 5, 0], [3, piece]):
         label = f"all_gather {name} {counts}"
         # a staging communicator reads these pieces in place where the kernel allows it
         # (process_vm_readv, collectives/symmetric/cma.py): no ring, no message
-        msgs = 0 if name == "staging" and staging._symmetric.direct.pids is not None else 1 if counts[rank] else 0
+        msgs = 0 if name == "staging" and staging.symmetric.direct.pids is not None else 1 if counts[rank] else 0
         sent[0] = 0
         got = comm.all_gather(x0, counts=None if even else counts)
         check(label, got, want, base, sent[0], msgs)

@@ -1,5 +1,5 @@
 """Run under mpirun: large staged all-reduces and all-gathers through the pipe
-(collectives/symmetric/pipe.py, csrc/fastpath.c's pipe), checked exactly.
+(collectives/symmetric/pipe.py, csrc/pipe.c), checked exactly.
 
   pipe_check.py grid      COLLECTIVES_STAGE=1, COLLECTIVES_PIPE_MIN=1 and small
                           chunks (set by the caller): every dtype and op the pipe
@@ -34,7 +34,7 @@ n, rank = world.size, world.rank
 mode = sys.argv[1]
 failures, cases, extra = [], 0, {}
 comm = Communicator(timeout=60)
-sig = comm._symmetric.direct.sig if comm._symmetric is not None else None
+sig = comm.symmetric.direct.sig if comm.symmetric is not None else None
 
 
 def steps() -> int:
@@ -138,13 +138,13 @@ def grid():
 def traced():
     """With a tracer: what each rank took from its peers, from the pipe's own trace
     events, equals the direct path's byte formulas (volumes.direct_volumes)."""
-    from collectives.symmetric.allreduce import _counts
-    from collectives.trace import Tracer
+    from collectives.symmetric.allreduce import segments
+    from collectives.teach.trace import Tracer
     from collectives.volumes import direct_volumes
     comm.tracer = t = Tracer()
     count = 30011
     comm.all_reduce(data(count, rank, np.float32))
-    segs = _counts(count, n, np.dtype(np.float32))
+    segs = segments(count, n, np.dtype(np.float32))
     comm.all_gather(data(count + rank, rank, np.float32), counts=[count + q for q in range(n)])
     comm.tracer = None
     got = {"all_reduce": 0, "all_gather": 0}
@@ -160,7 +160,8 @@ def traced():
 
 def default():
     """Two ranks, staging automatic: the pipe from its measured sizes only."""
-    from collectives.symmetric.pipe import PIPE_MIN_BYTES
+    PIPE_MIN_BYTES = comm.tuning.pipe_min()
+    roads = extra["roads"] = {}
     for nbytes in (16 << 20, 32 << 20, 64 << 20):
         count = nbytes // 4
         x = data(count, rank, np.float32)
@@ -168,12 +169,14 @@ def default():
         got = comm.all_reduce(x)
         want = want_reduce([data(count, q, np.float32) for q in range(n)], "sum", np.float32)
         check(f"default all_reduce {nbytes}", got, want, nbytes >= PIPE_MIN_BYTES["all_reduce"], before)
+        roads[f"all_reduce {nbytes}"] = comm.road_taken().value
         piece = data(count // n, rank, np.float32)
         before = steps()
         got = comm.all_gather(piece)
         want = np.concatenate([data(count // n, q, np.float32) for q in range(n)])
         check(f"default all_gather {nbytes}", got, want, nbytes >= PIPE_MIN_BYTES["all_gather"], before)
-    extra["pipe_min"] = comm._symmetric.direct.pipe_min
+        roads[f"all_gather {nbytes}"] = comm.road_taken().value
+    extra["pipe_min"] = PIPE_MIN_BYTES
 
 
 def mismatch():

@@ -77,7 +77,7 @@ for kib in sizes:
     sg = ring.alloc((count * 2,), np.float32)
     px, po, pg = np.ones(count, np.float32), np.empty(count, np.float32), np.empty(count * 2, np.float32)
     rs_o = np.empty(half, np.float32)
-    sym = ring._symmetric
+    sym = ring.symmetric
     win = sym.heap.windows[sym.heap.locate(sx)[0]]
     peer_x = win.peers[peer][:count * 4].view(np.float32)
     reps = 300 if kib <= 64 else 60 if kib <= 4096 else 15

@@ -68,7 +68,7 @@ def uneven(count):
 def grid():
     comm = Communicator(timeout=60)
     comm.alloc((1,), np.float32)
-    sym = comm._symmetric
+    sym = comm.symmetric
     hier = sym.hier
     extra["path"] = "ring" if not sym.enabled else "direct" if hier is None else f"hier {hier.nodes}x{hier.k}"
     for dname in DTYPES:
@@ -152,7 +152,7 @@ def grid():
 
 def trace(comm):
     """Direct reads show in the trace as receives; byte totals against their formulas."""
-    from collectives.trace import Tracer
+    from collectives.teach.trace import Tracer
     t = comm.tracer = Tracer()
     count, it = 4096 * n, 4  # float32, past the one-phase all-reduce; segments of 4096
     x = comm.alloc((count,), np.float32)
@@ -164,7 +164,7 @@ def trace(comm):
         labels.append((name, t.labels()[-1]))
     comm.tracer = None
     seg = 4096 * it
-    sym = comm._symmetric
+    sym = comm.symmetric
     k = sym.heap.size  # ranks in this node: reads come only from them
     want = {"all_reduce": 2 * (k - 1) * seg, "reduce_scatter": (k - 1) * seg, "all_gather": (k - 1) * seg,
             "broadcast": 0 if rank == 0 or sym.hier is not None else count * it}
@@ -231,7 +231,7 @@ def absent():
         comm = Communicator(timeout=1.5)  # the second phase: a rank that stops after the header
         x = comm.alloc((1 << 16,), np.float32)
         if rank == n - 1:
-            comm._symmetric.signals.post([1] * 12)  # posts the right epoch only: its header is garbage
+            comm.symmetric.signals.post([1] * 12)  # posts the right epoch only: its header is garbage
         else:
             expect_error("garbage header", MismatchError, lambda: comm.all_reduce(x))
         world.Barrier()
@@ -240,9 +240,9 @@ def absent():
 def staged():
     """COLLECTIVES_STAGE=1: ordinary arrays take the direct path through the stage
     window (mixed with heap arrays on other ranks); shown by the trace's phases."""
-    from collectives.trace import Tracer
+    from collectives.teach.trace import Tracer
     comm = Communicator(timeout=30)
-    extra["stage"] = bool(comm._symmetric and comm._symmetric.stage)
+    extra["stage"] = bool(comm.symmetric and comm.symmetric.stage)
     comm.tracer = t = Tracer()
     heap, hout = comm.alloc((200000 * n,), np.float32), comm.alloc((200000 * n,), np.float32)
     for count in (0, 5, 1000, 20000 * n, 200000 * n):  # the last: past every default limit, staged here
@@ -268,7 +268,7 @@ def staged():
     phases = {e.get("phase") for e in t.data_events()}
     if n > 1 and not any(str(p).startswith("direct") for p in phases):
         failures.append(f"no direct reads traced: phases {phases}")
-    if n > 1 and comm._symmetric.direct.stage_max is not None and not any(
+    if n > 1 and comm.tuning.stage == "auto" and not any(
             p and not str(p).startswith("direct") for p in phases):
         failures.append(f"large staged calls did not take the ring: phases {phases}")
     extra["phases"] = sorted(map(str, phases))
@@ -316,18 +316,21 @@ def back_to_back(comm):
 
 
 def _paths(comm, call, root=None):
-    """Run ``call()`` traced; return the set of paths its data events took (a
-    broadcast's root reads nothing on the direct path: "direct" if it sent nothing)."""
-    from collectives.trace import Tracer
+    """Run ``call()`` traced; return the set of paths it took: its road (direct or ring), and
+    what its data events say (a broadcast's root reads nothing on the direct path)."""
+    from collectives.roads import Road
+    from collectives.teach.trace import Tracer
     comm.tracer = t = Tracer()
     try:
         got = call()
     finally:
         comm.tracer = None
+    road = comm.road_taken()
+    paths = {"direct" if road in (Road.DIRECT, Road.ONE_PHASE, Road.PUSH) else "ring"}
     phases = {str(e.get("phase")) for e in t.data_events()}
-    if root == rank and not phases:
-        return got, {"direct"}
-    return got, {"direct" if p.startswith("direct") else "ring" for p in phases}
+    if root != rank or phases:
+        paths |= {"direct" if p.startswith("direct") else "ring" for p in phases}
+    return got, paths
 
 
 def _communicator(stage, timeout=30.0):
@@ -351,9 +354,9 @@ def defaults():
     collective's limit and take the ring above it (both sides traced, exact, with a
     heap array on rank 0 too); COLLECTIVES_STAGE=0 never stages, =1 stages every
     size; other world sizes do not stage by default."""
-    from collectives.symmetric import STAGE_MAX_BYTES, STAGE_RANKS
     comm, extra["construct_s"] = _communicator(None)
-    sym = comm._symmetric
+    STAGE_MAX_BYTES, STAGE_RANKS = comm.tuning.stage_max(), comm.tuning.stage_ranks
+    sym = comm.symmetric
     extra["stage"] = bool(sym and sym.stage)
     if n != STAGE_RANKS or int(os.environ.get("COLLECTIVES_NODE_SIZE") or n) < n:
         if sym is not None:  # measured on one node of STAGE_RANKS only; several nodes: the ring
@@ -361,13 +364,13 @@ def defaults():
                             f"staged by default, but the limits were measured on one node of {STAGE_RANKS}")
         comm.close()
         return
-    if sym is None or sym.direct.stage_max != STAGE_MAX_BYTES:
+    if sym is None or comm.tuning.stage != "auto":
         failures.append(f"two ranks: no default staging ({sym})")
         return
     extra["memory_at_start"] = comm.memory_bytes()["symmetric"]
     off, extra["construct_off_s"] = _communicator("0")
     on, _ = _communicator("1")
-    if off._symmetric is not None or not on._symmetric.stage or on._symmetric.direct.stage_max is not None:
+    if off.symmetric is not None or not on.symmetric.stage or on.tuning.stage != "1":
         failures.append("COLLECTIVES_STAGE=0 staged, or =1 did not stage every size")
     heap = comm.alloc((1 << 20,), np.float32)
     item = 4
@@ -402,7 +405,7 @@ def defaults():
                         if paths != {forced}:
                             failures.append(f"{label}, forced {forced}: paths {sorted(paths)}")
     extra["memory_after"] = comm.memory_bytes()["symmetric"]
-    stage = comm._symmetric.heap._scratch.get("stage")
+    stage = comm.symmetric.heap._scratch.get("stage")
     extra["stage_window"] = stage.nbytes if stage is not None else 0
     if extra["stage_window"] > 2 * max(STAGE_MAX_BYTES.values()):
         failures.append(f"stage window {extra['stage_window']} past twice the largest limit")

@@ -29,7 +29,7 @@ for name, mode in (("staged", "1"), ("ring", "0"), ("default", None)):
 os.environ.pop("COLLECTIVES_STAGE", None)
 comms["mpi"] = Communicator(algorithm="mpi", timeout=120, verify=False)
 n, rank = world.size, world.rank
-assert comms["staged"]._symmetric.stage and comms["ring"]._symmetric is None
+assert comms["staged"].symmetric.stage and comms["ring"].symmetric is None
 sizes = [int(s) for s in sys.argv[1:]] or [1, 64, 1024]
 ops = os.environ.get("AB_OPS", "all_reduce,reduce_scatter,all_gather,broadcast").split(",")
 

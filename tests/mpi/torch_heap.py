@@ -12,7 +12,7 @@ import collectives.torch_backend as rz  # registers "ringzero" (and imports coll
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from collectives.trace import Tracer  # noqa: E402
+from collectives.teach.trace import Tracer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from inputs import data  # noqa: E402  (tests/inputs.py)
@@ -70,7 +70,7 @@ for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int64):
     paths |= traced(lambda: one_round(0))  # every data phase of the first round
     for call in (1, 2):  # repeated: the C programs take these
         one_round(call)
-heap = pg.comm._symmetric.heap
+heap = pg.comm.symmetric.heap
 located = heap.locate(x.numpy()) is not None and heap.locate(torch.zeros(4).numpy()) is None
 try:
     rz.alloc((4,), group=object())

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from collectives import Communicator
-from collectives.trace import tracer_from_env
+from collectives.teach.trace import tracer_from_env
 
 count = int(sys.argv[1])
 tracer = tracer_from_env()

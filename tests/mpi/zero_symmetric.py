@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from model import forward_backward, init_units, make_data  # noqa: E402
 
 from collectives import Communicator  # noqa: E402
-from collectives.trace import Tracer  # noqa: E402
+from collectives.teach.trace import Tracer  # noqa: E402
 from sharding import AdamW, ZeroOptimizer  # noqa: E402
 
 # layer1 is 256 x 200 float32 (200 KB): past the ring's small-message paths, so the

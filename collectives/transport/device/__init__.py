@@ -30,10 +30,9 @@ Three ways, one chosen per communicator (the same on every rank):
   the wire (the ring posts many chunks at once); receives land in pinned
   memory and go up on the other stream.
 
-Which one: ``choose_mode`` (detect.py). "auto" is one non-blocking
-all-gather with a deadline, never a blocking collective, so a rank whose
-peer passed a host array where it passed a device array gets an error
-instead of hanging.
+Which one: ``choose_mode`` (detect.py), one allgather over the bootstrap with
+its deadline, so a rank whose peer passed a host array where it passed a
+device array gets an error instead of hanging.
 
 Ordering with the kernels. Kernels run on the device's default stream
 (kernels/cuda_kernels.py). A send records an event there first, so it sees
@@ -56,27 +55,11 @@ a fake backend (tests/test_cuda_transport.py). Files: detect.py (mode),
 backend.py (cupy calls), protocols.py (one send/receive per mode),
 channels.py (DeviceTransport, the FIFO channels), profile.py (where a message's time goes).
 """
-# The ring's chunk for device buffers when the Communicator kept the library's default
-# chunk_bytes (1 MiB, sized for host memory). Each device chunk pays a fixed cost (a
-# launch, an MPI control message, a host-polled event, an ack): the first H200 run
-# measured ~220 us per 1 MiB chunk (64 MiB all-reduce: 8967 us at 1 MiB, 1123 us at
-# 16 MiB) while HBM moves 1 MiB in well under 1 us.
-DEVICE_CHUNK_BYTES = 16 << 20
-
-
-def device_chunk_bytes(chunk_bytes: int) -> int:
-    """The chunk the ring uses for device buffers: ``chunk_bytes`` as the caller set it,
-    or DEVICE_CHUNK_BYTES when it is the library default (a 1 MiB chunk_bytes passed
-    explicitly is taken as the default too)."""
-    from ...communicator import DEFAULT_CHUNK_BYTES
-    return DEVICE_CHUNK_BYTES if chunk_bytes == DEFAULT_CHUNK_BYTES else chunk_bytes
-
-
-from .backend import CupyBackend  # noqa: E402
+from .backend import CupyBackend
 from .channels import DeviceTransport, make_device_transport
 from .detect import MODES, choose_mode, cuda_aware_mpi
 from .profile import Profile
 from .protocols import ACK_TAG_OFFSET
 
-__all__ = ["ACK_TAG_OFFSET", "DEVICE_CHUNK_BYTES", "MODES", "CupyBackend", "DeviceTransport", "Profile", "choose_mode", "cuda_aware_mpi",
-           "device_chunk_bytes", "make_device_transport"]
+__all__ = ["ACK_TAG_OFFSET", "MODES", "CupyBackend", "DeviceTransport", "Profile", "choose_mode", "cuda_aware_mpi",
+           "make_device_transport"]

@@ -2,11 +2,10 @@
 (direction, peer, tag)."""
 from __future__ import annotations
 
-import os
 from collections import defaultdict, deque
 
 from .backend import CupyBackend
-from .detect import MODES, SETUP_TIMEOUT, choose_mode
+from .detect import MODES, choose_mode
 from .protocols import _OPS, ACK_TAG_OFFSET
 
 
@@ -18,8 +17,8 @@ class DeviceTransport:
       mode: "cuda_aware", "ipc" or "staged" (see choose_mode for "auto").
       backend: the GPU calls (CupyBackend by default).
       stream_waits: ipc mode orders its copies with interprocess events and stream
-        waits instead of host polls of events (see protocols._IpcSend); default on,
-        RINGZERO_IPC_STREAM_WAITS=0 turns it off. Ranks may differ.
+        waits instead of host polls of events (see protocols._IpcSend); None: the
+        tuning table's ipc_stream_waits (RINGZERO_IPC_STREAM_WAITS). Ranks may differ.
     """
 
     def __init__(self, host, mode: str, backend=None, stream_waits: bool | None = None):
@@ -28,10 +27,12 @@ class DeviceTransport:
         self.host, self.mode = host, mode
         self.backend = backend if backend is not None else CupyBackend()
         self.rank, self.size = host.rank, host.size
+        self.policy = host.policy  # waits follow the host transport's policy (waiting.py)
         self.fault = None
         self.profile = None  # a profile.Profile to see where each message's time goes (off: None)
         if stream_waits is None:
-            stream_waits = os.environ.get("RINGZERO_IPC_STREAM_WAITS", "1") != "0"
+            from ...tuning import load
+            stream_waits = bool(load().ipc_stream_waits)
         self.stream_waits = bool(stream_waits) and mode == "ipc"
         self.orphans = []  # operations cancelled after an error: kept, with their staging buffers, never reused
         self._send_cls, self._recv_cls = _OPS[mode]
@@ -128,18 +129,19 @@ class _HostHandle:
         self.req = req
 
 
-def make_device_transport(host_transport, mode: str = "auto", *, backend=None,
-                          timeout: float = SETUP_TIMEOUT) -> DeviceTransport:
+def make_device_transport(host_transport, mode: str = "auto", *, bootstrap=None, backend=None,
+                          stream_waits: bool | None = None) -> DeviceTransport:
     """The device transport over ``host_transport`` (returned as is if it already is one).
 
     Args:
       host_transport: an MpiTransport (or any transport, with an explicit mode).
-      mode: "auto" (see choose_mode), "cuda_aware", "ipc" or "staged".
+      mode: "auto" (see choose_mode: needs ``bootstrap``), "cuda_aware", "ipc" or "staged".
+      bootstrap: the ranks' bootstrap, for "auto".
       backend: the GPU calls; CupyBackend unless a test passes a fake.
-      timeout: seconds every rank has to join the "auto" agreement (then CollectiveError).
+      stream_waits: see DeviceTransport.
     """
     if isinstance(host_transport, DeviceTransport):
         return host_transport
     if backend is None:
         backend = CupyBackend()
-    return DeviceTransport(host_transport, choose_mode(host_transport, mode, timeout), backend)
+    return DeviceTransport(host_transport, choose_mode(bootstrap, mode), backend, stream_waits)

@@ -3,11 +3,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import time
-
-import numpy as np
-
-from ...errors import CollectiveError
 
 MODES = ("cuda_aware", "ipc", "staged")
 
@@ -42,48 +37,30 @@ def cuda_aware_mpi() -> tuple[bool, str]:
     return False, "the MPI library has no CUDA support query; assuming host-only"
 
 
-SETUP_TIMEOUT = 60.0  # seconds every rank has to join the mode agreement
-ABANDONED_SETUPS: list = []  # (request, buffers) of agreements that timed out: MPI may still write them
-
-
 def _node_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little", signed=True)
 
 
-def choose_mode(host_transport, requested: str = "auto", timeout: float = SETUP_TIMEOUT) -> str:
+def choose_mode(bootstrap, requested: str = "auto") -> str:
     """The mode every rank will use: ``requested``, or for "auto" IPC when all
     ranks share a node, else CUDA-aware MPI when the library has it, else staging.
 
-    "auto" is one non-blocking all-gather (node name, CUDA-aware flag) with a
-    deadline: a rank that never joins (say it passed a host array where this
-    one passed a device array) makes this raise CollectiveError after
-    ``timeout`` seconds instead of hanging.
+    "auto" is one allgather over the bootstrap, with its deadline: a rank that
+    never joins (say it passed a host array where this one passed a device
+    array) makes this raise SetupError instead of hanging.
 
     Args:
-      host_transport: the transport whose ``comm`` the ranks agree on.
+      bootstrap: the ranks' bootstrap (collectives/bootstrap); unused unless "auto".
       requested: "auto" or one of MODES.
-      timeout: seconds to wait for every rank.
     """
     if requested != "auto":
         if requested not in MODES:
             raise ValueError(f"unknown device transport mode {requested!r}; choose from auto, {', '.join(MODES)}")
         return requested
-    comm = getattr(host_transport, "comm", None)
-    if comm is None:
-        raise ValueError("mode='auto' needs an MPI transport (with .comm); pass the mode explicitly")
-    from mpi4py import MPI
-    mine = np.array([_node_key(MPI.Get_processor_name()), int(cuda_aware_mpi()[0])], np.int64)
-    every = np.zeros((comm.Get_size(), 2), np.int64)
-    req = comm.Iallgather(mine, every)
-    deadline = time.monotonic() + timeout
-    while not req.Test():
-        if time.monotonic() > deadline:
-            ABANDONED_SETUPS.append((req, mine, every))
-            raise CollectiveError(
-                f"rank {comm.Get_rank()}: device transport setup: not every rank joined the mode agreement "
-                f"within {timeout:g} s (does another rank pass a host array where this one passes a device "
-                f"array, or call a different collective?)")
-        time.sleep(0.0002)
-    if len(set(every[:, 0].tolist())) == 1:  # the same answer on every rank
+    if bootstrap is None:
+        raise ValueError("mode='auto' needs a bootstrap to agree on; pass the mode explicitly")
+    from ...bootstrap import host_identity
+    every = bootstrap.allgather_obj((_node_key(host_identity()), cuda_aware_mpi()[0]))
+    if len({key for key, _ in every}) == 1:  # one node
         return "ipc"
-    return "cuda_aware" if every[:, 1].min() == 1 else "staged"  # all ranks, or none
+    return "cuda_aware" if all(aware for _, aware in every) else "staged"  # all ranks, or none

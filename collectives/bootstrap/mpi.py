@@ -1,0 +1,94 @@
+"""The bootstrap over an MPI communicator, for processes an MPI launcher started.
+
+Every exchange is one of MPI's non-blocking collectives, polled against the
+bootstrap's deadline, so a rank that never comes turns into a SetupError on
+the ranks that did, naming the step, instead of a hang. A request abandoned at
+its deadline stays in ``ABANDONED`` with its buffers (MPI may still write them).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from ..errors import SetupError
+from . import SETUP_TIMEOUT_S, Bootstrap
+
+ABANDONED: list = []
+
+
+class MpiBootstrap(Bootstrap):
+    """Setup over ``comm`` (an mpi4py communicator; COMM_WORLD when None).
+
+    Args:
+      comm: the ranks of the group, in their rank order.
+      timeout: seconds every setup step may wait for the slowest rank.
+      owned: ``close()`` frees ``comm`` (the splits this bootstrap made; never the caller's).
+    """
+
+    def __init__(self, comm=None, timeout: float = SETUP_TIMEOUT_S, owned: bool = False):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.mpi_comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank, self.size = self.mpi_comm.Get_rank(), self.mpi_comm.Get_size()
+        self.timeout = float(timeout)
+        self._owned = owned
+        self._busy = None
+
+    def _wait(self, req, what: str, keep) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not req.Test():
+            if time.monotonic() > deadline:
+                ABANDONED.append((req, keep))
+                raise SetupError(f"rank {self.rank}: setup step '{what}' timed out after {self.timeout:g} s: "
+                                 f"not every one of the {self.size} ranks joined it (did one fail or exit?)")
+            time.sleep(50e-6)
+
+    def allgather(self, data: bytes) -> list[bytes]:
+        mine = np.array([len(data)], np.int64)
+        sizes = np.zeros(self.size, np.int64)
+        self._wait(self.mpi_comm.Iallgather(mine, sizes), "allgather", (mine, sizes))
+        src = np.frombuffer(data, np.uint8) if data else np.zeros(0, np.uint8)
+        out = np.empty(int(sizes.sum()), np.uint8)
+        offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        MPI = self._MPI
+        req = self.mpi_comm.Iallgatherv([src, MPI.BYTE], [out, (sizes.tolist(), offs.tolist()), MPI.BYTE])
+        self._wait(req, "allgather", (src, out))
+        return [out[o:o + s].tobytes() for o, s in zip(offs.tolist(), sizes.tolist())]
+
+    def broadcast(self, data: bytes | None, root: int = 0) -> bytes:
+        n = np.array([len(data) if self.rank == root else 0], np.int64)
+        self._wait(self.mpi_comm.Ibcast(n, root), "broadcast", n)
+        buf = np.frombuffer(data, np.uint8).copy() if self.rank == root else np.empty(int(n[0]), np.uint8)
+        self._wait(self.mpi_comm.Ibcast([buf, self._MPI.BYTE], root), "broadcast", buf)
+        return buf.tobytes()
+
+    def barrier(self) -> None:
+        self._wait(self.mpi_comm.Ibarrier(), "barrier", None)
+
+    def split(self, color: int, key: int) -> "MpiBootstrap":
+        self.barrier()  # every rank is here: the blocking split below cannot wait for one that is not
+        return MpiBootstrap(self.mpi_comm.Split(color, key), self.timeout, owned=True)
+
+    def busy(self) -> tuple[bool, bool]:
+        """(oversubscribed, core_bound) of this rank (transport/mpi.py's busy_policy), from the
+        cores every rank on this node may run on (mpirun binds each rank to one)."""
+        if self._busy is None:
+            from ..transport.mpi import busy_policy
+            own = os.sched_getaffinity(0)
+            node = self.node()
+            cores = set().union(*node.allgather_obj(sorted(own)))
+            self._busy = busy_policy(node.size, len(cores), len(own))
+            node.close()
+        return self._busy
+
+    def transport(self, tuning=None):
+        from ..transport.mpi import MpiTransport
+        return MpiTransport(self.mpi_comm, self.busy(), tuning)
+
+    def close(self) -> None:
+        if self._owned and self.mpi_comm != self._MPI.COMM_NULL:
+            self.mpi_comm.Free()
+            self.mpi_comm = self._MPI.COMM_NULL

@@ -1,0 +1,71 @@
+"""``Communicator.road``: which road a call would take, and why, without running it.
+
+The call is checked and planned as it would be (plan.py, so a bad argument
+raises as the call would); a direct road, which depends on where every rank's
+buffers live, is answered assuming every rank passes arrays like these.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from . import plan, roads
+from .dispatch import _sizes
+from .dtypes import COLLECTIVES
+from .roads import Choice, Facts, Road
+
+
+def query(comm, collective: str, x, out, op, counts, root) -> Choice:
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; collectives: {', '.join(COLLECTIVES)}")
+    if collective == "barrier":
+        p, xa, oa = plan.barrier(comm), None, None
+    elif x is None:
+        raise TypeError(f"road({collective!r}) needs the call's x")
+    elif collective == "all_reduce":
+        p, xa, oa = plan.all_reduce(comm, None, x, op, out)
+    elif collective == "reduce_scatter":
+        p, xa, oa = plan.reduce_scatter(comm, None, x, op, out, counts)
+    elif collective == "all_gather":
+        p, xa, oa = plan.all_gather(comm, None, x, out, counts)
+    else:
+        p, xa, oa = plan.broadcast(comm, None, x, root, out)
+    forced = comm.forced.get(collective)
+    if p.road not in roads.DIRECT_ROADS:
+        why = "forced" if forced is not None else _why(comm, p, xa, oa)
+        return Choice(p.road, why)
+    return _direct(comm, collective, p, xa, oa, forced)
+
+
+def _why(comm, p, xa, oa) -> str:
+    args = p.args[1:] if p.args and isinstance(p.args[0], Road) else p.args
+    nbytes, piece = _sizes(p.kind, xa, oa, args, comm.size)
+    f = Facts(p.kind, nbytes, piece, None if xa is None else xa.dtype, None, comm.size, 1, comm.algorithm,
+              xa is not None and xa.device, False, p.in_place)
+    return roads.choose(f, comm.tuning).why
+
+
+def _direct(comm, kind, p, xa, oa, forced) -> Choice:
+    """A direct road: the facts the header post would give if every rank passed arrays like these."""
+    heap = comm.symmetric.heap
+    xloc = heap.locate(xa.host)
+    oloc = heap.locate(oa.host) if oa is not None else None
+    x = xa.host.reshape(-1)
+    nbytes, piece = _sizes(kind, xa, oa, p.args, comm.size)
+    f = Facts(kind, nbytes, piece, xa.dtype, p.args[0] if kind in ("all_reduce", "reduce_scatter") else None,
+              comm.size, direct=True, in_place=p.in_place)
+    d = comm.symmetric.direct
+    offered = (kind == "all_gather" and xloc is None and d.pids is not None and piece >= comm.tuning.cma_min_bytes
+               and not np.may_share_memory(x, oa.host)
+               and roads.choose(replace(f, staged=True, pushable=False, overlap=False), comm.tuning).road
+               is not Road.PIPE)
+    staged = xloc is None and not offered
+    if kind == "all_gather":
+        pushable = xloc is not None and oloc is not None
+    else:
+        pushable = oloc is not None and (xloc is None or oloc == xloc or oloc[0] != xloc[0]
+                                         or abs(oloc[1] - xloc[1]) >= x.nbytes)
+    overlap = xloc is not None and oloc is not None and oloc[0] == xloc[0] and abs(oloc[1] - xloc[1]) < x.nbytes
+    c = roads.choose(replace(f, staged=staged, pushable=pushable, overlap=overlap), comm.tuning, forced)
+    return Choice(c.road, c.why + " (assuming every rank passes arrays like these)")

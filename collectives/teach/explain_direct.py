@@ -1,0 +1,296 @@
+"""explain's direct path: the real direct algorithms (symmetric/direct.py) and their
+real signals (symmetric/signals.py) on simulated ranks, over a stand-in heap.
+
+Under mpirun the heap is shared-memory segments that every rank of a node
+maps. Here the ranks are threads of one process, so a window is simply one
+numpy array per rank that every thread can see: ``StandInHeap`` gives
+``Direct`` and ``Signals`` the interface of ``Heap`` (``_window``,
+``alloc``, ``scratch``, ``locate``, ``peer_view``, ``node.barrier``) over
+such arrays. Driving the real code (rather than re-deriving its schedule)
+means that what explain shows is what runs: the header agreement, the
+flags, which rank reads which bytes of whose buffer, and the two phases of
+a large all-reduce (one phase up to the tuning table's one_phase_bytes;
+above, with every out in the heap, each rank writes its reduced segment into
+every out). The reads are
+recorded by the code's own trace events (phase "direct ..."), checked
+against ``volumes.direct_volumes`` and every result against numpy.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..context import Context
+from ..dtypes import OPS as OP_CODES, dtype_code
+from .explain_run import Check
+from ..safety.header import ALGORITHMS, COLLECTIVES, make_header
+from ..kernels import NUMPY_KERNELS
+from ..host.schedule import offsets, split_counts
+from .simulate import simulate
+from .. import roads
+from ..fast.codes import has_c
+from ..roads import Facts, Road
+from ..symmetric.direct import Direct
+from ..symmetric.signals import Signals
+from ..tuning import defaults, load
+from ..waiting import WaitPolicy
+from .trace import Tracer
+from ..volumes import direct_volumes
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+
+
+class _Window:
+    """One rank's view of a shared window: every rank's segment (``peers``) and its own."""
+
+    def __init__(self, segments: list, rank: int, index: int):
+        self.peers, self.mine, self.index = segments, segments[rank], index
+        self.nbytes = self.mine.nbytes
+
+
+class _Node:
+    """What the threads of one simulated node share: the windows and a barrier."""
+
+    def __init__(self, world: int, timeout: float):
+        self.world, self.timeout = world, timeout
+        self.segments: list = []  # per window: one uint8 array per rank
+        self.lock = threading.Lock()
+        self.barrier = threading.Barrier(world)
+
+    def wait(self) -> None:
+        self.barrier.wait(self.timeout)
+
+
+class _Barrier:
+    """The node bootstrap's barrier, for Signals."""
+
+    def __init__(self, node: _Node):
+        self.barrier = node.wait
+
+
+class StandInHeap:
+    """The interface of symmetric/heap.Heap over numpy arrays shared by threads.
+
+    Args:
+      node: the shared state of the simulated node.
+      rank: this thread's rank.
+    """
+
+    def __init__(self, node: _Node, rank: int):
+        self.shared, self.rank, self.size = node, rank, node.world
+        self.node = _Barrier(node)
+        self.windows: list = []
+        self._scratch: dict = {}
+
+    def _window(self, nbytes: int) -> _Window:
+        """The next window (every rank asks in the same order, as for MPI's collective call)."""
+        i = len(self.windows)
+        with self.shared.lock:
+            if i == len(self.shared.segments):
+                self.shared.segments.append([np.zeros(max(int(nbytes), 64), np.uint8) for _ in range(self.size)])
+            segments = self.shared.segments[i]
+        w = _Window(segments, self.rank, i)
+        self.windows.append(w)
+        return w
+
+    def alloc(self, shape, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return self._window(count * dtype.itemsize).mine[:count * dtype.itemsize].view(dtype).reshape(shape)
+
+    def scratch(self, nbytes: int, name: str = "scratch") -> _Window:
+        s = self._scratch.get(name)
+        if s is None or s.nbytes < nbytes:
+            s = self._scratch[name] = self._window(max(nbytes, 1 << 16))
+        return s
+
+    def locate(self, x):
+        """(window, byte offset) of ``x`` in this rank's segments, or None."""
+        at = x.__array_interface__["data"][0]
+        for w in self.windows:
+            off = at - w.mine.__array_interface__["data"][0]
+            if 0 <= off <= w.nbytes - x.nbytes:
+                return w.index, off
+        return None
+
+    def peer_view(self, q: int, loc, count: int, dtype) -> np.ndarray:
+        off = loc[1]
+        return self.windows[loc[0]].peers[q][off:off + count * np.dtype(dtype).itemsize].view(dtype)
+
+
+@dataclass
+class DirectRun:
+    """One direct collective on simulated ranks: inputs, outputs, and the recorded reads."""
+
+    op: str
+    world: int
+    counts: list  # the segments the direct path cuts (what the formulas use)
+    dtype: np.dtype
+    root: int
+    one_phase: bool
+    tracer: Tracer
+    inputs: list
+    outputs: list = field(default_factory=list)
+    pipe: int = 0  # the pipe's chunk in bytes when the run went through it (private arrays), else 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.counts) * self.dtype.itemsize
+
+
+def direct_counts(op: str, world: int, count: int, dtype, counts=None) -> tuple[list[int], bool]:
+    """The segments the direct path cuts and whether an all-reduce takes one phase.
+    All-reduce: 64-byte aligned segments, as symmetric/allreduce.py cuts them (if
+    the two rules drift apart, the byte check below fails); the others: ``counts``
+    or an even split."""
+    dt = np.dtype(dtype)
+    if op == "all_reduce":
+        # the road table's rule for explain's layout: every input in one heap window, every
+        # out in another (never in place), nothing staged
+        f = Facts("all_reduce", count * dt.itemsize, count * dt.itemsize, dt, "sum", world, direct=True,
+                  staged=False, pushable=True, overlap=False)
+        one_phase = roads.choose(f, defaults()).road is Road.ONE_PHASE
+        return split_counts(count, world, max(1, 64 // dt.itemsize)), one_phase
+    return (list(counts) if counts is not None else split_counts(count, world)), False
+
+
+def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root: int = 0,
+               counts: list[int] | None = None, timeout: float = 30.0, pipe: int = 0) -> DirectRun:
+    """Run one direct collective on ``world`` simulated ranks over a stand-in heap.
+
+    Args:
+      op: all_reduce, reduce_scatter, all_gather or broadcast.
+      world: number of simulated ranks.
+      count: elements of the whole buffer (ignored when ``counts`` is given).
+      dtype: element type.
+      root: broadcast root.
+      counts: elements per rank (reduce-scatter, all-gather; uneven allowed).
+      timeout: each rank's deadline, in seconds.
+      pipe: private arrays (ordinary ones, not in the heap) through the pipe
+        (symmetric/pipe.py) in chunks of this many bytes (whole 64-byte lines);
+        0: every buffer in the heap. All-reduce and all-gather only.
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; choose from {', '.join(OPS)}")
+    if pipe:
+        if op not in ("all_reduce", "all_gather"):
+            raise ValueError(f"the pipe runs all-reduces and all-gathers, not {op}")
+        if not has_c():
+            raise ValueError("the pipe runs in C (csrc/pipe.c), and the extension was not built")
+        pipe = max(64, -(-pipe // 64) * 64)
+    if world < 1 or not 0 <= root < world:
+        raise ValueError(f"bad world={world} or root={root}")
+    if counts is not None and (op not in ("reduce_scatter", "all_gather") or len(counts) != world
+                               or min(counts) < 0):
+        raise ValueError(f"counts must be {world} numbers >= 0, for reduce_scatter or all_gather; got {counts}")
+    dt = np.dtype(dtype)
+    segs, one_phase = direct_counts(op, world, count if counts is None else sum(counts), dt, counts)
+    n = sum(segs)
+    node, tracer = _Node(world, timeout), Tracer()
+    value = [10 ** r if world <= 8 else r + 1 for r in range(world)]
+    result = DirectRun(op, world, segs, dt, root, one_phase and not pipe, tracer,
+                       [np.full(segs[r] if op == "all_gather" else n, value[r], dt) for r in range(world)],
+                       [None] * world, pipe)
+    label = f"{op} #0"
+
+    def body(comm):
+        r = comm.rank
+        heap = StandInHeap(node, r)
+        t = defaults()
+        sig = Signals(heap, list(range(world)), WaitPolicy(t, True, True))
+        if pipe:  # private arrays, and the pipe from the first byte, in chunks of ``pipe`` bytes
+            direct = Direct(heap, sig, load({}, pipe_chunk_bytes=pipe), {op: Road.PIPE})
+            x, out = result.inputs[r].copy(), np.empty(n, dt)
+        else:
+            direct = Direct(heap, sig, t)
+            x = heap.alloc(result.inputs[r].shape, dt)  # every rank allocates alike, in the same order
+            x[...] = result.inputs[r]
+            out = heap.alloc((segs[r] if op == "reduce_scatter" else n,), dt)
+        hdr = make_header(0, COLLECTIVES[op], OP_CODES["sum"] if op in ("all_reduce", "reduce_scatter") else 0,
+                          dtype_code(dt), n, 0, root if op == "broadcast" else 0, ALGORITHMS["ring"], 0, 0, 0)
+        ctx = Context(comm.transport, NUMPY_KERNELS, label, timeout, 1, None, tracer)
+        tracer.begin(label, rank=r)
+        if op == "all_reduce":
+            direct.all_reduce(ctx, hdr, x, out, "sum", heap.locate(x), heap.locate(out))
+        elif op == "reduce_scatter":
+            direct.reduce_scatter(ctx, hdr, x, out, segs, "sum", heap.locate(x))
+        elif op == "all_gather":
+            direct.all_gather(ctx, hdr, x, out, segs, heap.locate(x), oloc=heap.locate(out))
+        else:
+            direct.broadcast(ctx, hdr, x, out, root, heap.locate(x))
+        tracer.end(label, rank=r)
+        result.outputs[r] = out.copy()
+
+    simulate(world, body, timeout=timeout)
+    return result
+
+
+def expected_reads(run: DirectRun):
+    """volumes.direct_volumes for this run: per rank (read by peers, read from peers, formulas)."""
+    return direct_volumes(run.op, run.counts, run.dtype.itemsize, run.root, run.one_phase)
+
+
+def reference(run: DirectRun) -> list[np.ndarray]:
+    """What every rank should hold at the end, from numpy."""
+    offs = offsets(run.counts)
+    if run.op == "all_gather":
+        return [np.concatenate(run.inputs)] * run.world
+    if run.op == "broadcast":
+        return [run.inputs[run.root]] * run.world
+    total = np.sum(np.stack(run.inputs), axis=0, dtype=run.dtype)
+    if run.op == "all_reduce":
+        return [total] * run.world
+    return [total[offs[r]:offs[r + 1]] for r in range(run.world)]
+
+
+PHASES = {"direct read": "every rank reduces the whole vector, reading every peer's input in rank order",
+          "direct reduce-scatter": "each rank reduces its own segment, reading it from every peer's input",
+          "direct all-gather": "each rank gets every peer's piece: copies it (in an all-reduce: a peer's"
+                               " reduced segment, once the peer's flag says REDUCED), or, when every out is"
+                               " in the heap (all-reduces; all-gathers from 1 MiB), the owner writes its"
+                               " segment or piece into every out, from cache",
+          "direct broadcast": "every rank but the root copies the root's buffer",
+          "pipelined reduce-scatter": "chunk by chunk, each rank copies its chunks of every peer's segment into"
+                                      " its slots in shared memory; each rank reduces its own segment from its"
+                                      " input and the peers' slots, in rank order, and streams it into its out",
+          "pipelined all-gather": "each rank streams every peer's chunks into its out from the peer's slots"
+                                  " (in an all-reduce: the reduced ones), while they are still in cache"}
+
+
+def expected_phases(run: DirectRun) -> list[str]:
+    """The phases that read bytes, in order (none on one rank or with nothing to move)."""
+    if run.world == 1 or run.nbytes == 0:
+        return []
+    if run.pipe:
+        return (["pipelined reduce-scatter"] if run.op == "all_reduce" else []) + ["pipelined all-gather"]
+    return {"all_reduce": ["direct read"] if run.one_phase else ["direct reduce-scatter", "direct all-gather"],
+            "reduce_scatter": ["direct reduce-scatter"], "all_gather": ["direct all-gather"],
+            "broadcast": ["direct broadcast"]}[run.op]
+
+
+def direct_checks(run: DirectRun) -> list:
+    """Bytes each rank read and had read (trace against volumes.direct_volumes), that
+    nothing was sent, the phases, and every result against numpy."""
+    got, want = run.tracer.totals(), expected_reads(run)
+    given = {}
+    for (src, _), nbytes in run.tracer.links(side="recv").items():
+        given[src] = given.get(src, 0) + nbytes
+    out = []
+    for r in range(run.world):
+        read, was_read = got.get(r, {"recv": 0})["recv"], given.get(r, 0)
+        out.append(Check(f"rank {r} bytes", read == want[r].received and was_read == want[r].sent,
+                         f"read {read} from peers (formula {want[r].received}), peers read {was_read} "
+                         f"of its buffers (formula {want[r].sent})"))
+    sent = sum(v["sent"] for v in got.values())
+    out.append(Check("no sends", sent == 0, f"{sent} B sent through the transport (direct reads send nothing)"))
+    order = []
+    for e in run.tracer.data_events():
+        if e["phase"] not in order:
+            order.append(e["phase"])
+    phases = sorted(order, key=lambda p: list(PHASES).index(p) if p in PHASES else -1)
+    out.append(Check("phases", phases == expected_phases(run), f"{', '.join(phases) or 'none'}"))
+    ok = all(np.array_equal(o, e) for o, e in zip(run.outputs, reference(run)))
+    out.append(Check("result", ok, "every rank's output equals numpy's"))
+    return out

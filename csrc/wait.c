@@ -1,0 +1,123 @@
+/* wait.c: the one wait of the C fast path, and its element-wise reductions (see fastpath.h). */
+#include "fastpath.h"
+
+#include <sched.h>
+#include <string.h>
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* 0 when *flag >= value, 1 at the deadline, RC_SIGNAL with a Python error set.
+ * ``pace``: the wait policy's times. ``ts``: NULL when the caller holds the GIL (it is released while sleeping);
+ * else the caller runs without it (the pipe) and it is taken back to check for
+ * signals between sleeps. */
+int rz_wait_flag(const int64_t *flag, int64_t value, double deadline, const Pace *pace, PyThreadState **ts) {
+    for (int i = 0; i < 64; i++)
+        if (load_acquire(flag) >= value) return 0;
+    double start = rz_now(), sleep_s = 20e-6;
+    unsigned polls = 0;
+    while (load_acquire(flag) < value) {
+        cpu_relax();
+        if (++polls & 255) continue;
+        double t = rz_now();
+        if (t > deadline) return 1;
+        double waited = t - start;
+        if (waited <= pace->spin) continue;
+        if (waited < pace->spin + pace->yld) {
+            sched_yield();
+            continue;
+        }
+        struct timespec tsl = {0, (long)(sleep_s * 1e9)};
+        int bad;
+        if (ts == NULL) {
+            Py_BEGIN_ALLOW_THREADS
+            nanosleep(&tsl, NULL);
+            Py_END_ALLOW_THREADS
+            bad = PyErr_CheckSignals() < 0;
+        } else {
+            nanosleep(&tsl, NULL);
+            PyEval_RestoreThread(*ts);
+            bad = PyErr_CheckSignals() < 0;
+            *ts = PyEval_SaveThread();
+        }
+        if (bad) return RC_SIGNAL;
+        sleep_s = sleep_s * 2 < pace->max_sleep ? sleep_s * 2 : pace->max_sleep;
+    }
+    return 0;
+}
+
+/* Element-wise, sources combined in rank order: the bits numpy's ufuncs give
+ * (direct.py _reduce). Integers wrap (unsigned arithmetic), as numpy's do. */
+#define SUM(a, b) ((a) + (b))
+#define PROD(a, b) ((a) * (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define REDUCE_LOOP(T, F)                                                           \
+    do {                                                                            \
+        T *d = (T *)dst;                                                            \
+        const T *s0 = (const T *)src[0], *s1 = (const T *)src[1];                  \
+        if (nsrc == 2) {                                                            \
+            for (int64_t i = 0; i < count; i++) d[i] = (T)F(s0[i], s1[i]);         \
+        } else {                                                                    \
+            for (int64_t i = 0; i < count; i++) {                                   \
+                T acc = (T)F(s0[i], s1[i]);                                         \
+                for (int64_t k = 2; k < nsrc; k++) acc = (T)F(acc, ((const T *)src[k])[i]); \
+                d[i] = acc;                                                         \
+            }                                                                       \
+        }                                                                           \
+    } while (0)
+#define BY_OP(T)                                       \
+    switch (op) {                                      \
+    case RED_SUM: REDUCE_LOOP(T, SUM); return 0;        \
+    case RED_PROD: REDUCE_LOOP(T, PROD); return 0;      \
+    case RED_MAX: REDUCE_LOOP(T, MAX); return 0;        \
+    case RED_MIN: REDUCE_LOOP(T, MIN); return 0;        \
+    }                                                  \
+    return -1
+
+static int reduce_f32(int64_t op, void *dst, const int64_t *src, int64_t nsrc, int64_t count) { BY_OP(float); }
+static int reduce_f64(int64_t op, void *dst, const int64_t *src, int64_t nsrc, int64_t count) { BY_OP(double); }
+static int reduce_u32(int64_t op, void *dst, const int64_t *src, int64_t nsrc, int64_t count) {
+    if (op == RED_MAX || op == RED_MIN) { BY_OP(int32_t); }
+    BY_OP(uint32_t);
+}
+static int reduce_u64(int64_t op, void *dst, const int64_t *src, int64_t nsrc, int64_t count) {
+    if (op == RED_MAX || op == RED_MIN) { BY_OP(int64_t); }
+    BY_OP(uint64_t);
+}
+
+int rz_reduce(int64_t dtype, int64_t op, void *dst, int64_t count, int64_t nsrc, const int64_t *src) {
+    if (nsrc == 1) {
+        memmove(dst, (const void *)src[0], (size_t)count * (dtype == DT_F32 || dtype == DT_I32 ? 4 : 8));
+        return 0;
+    }
+    switch (dtype) {
+    case DT_F32: return reduce_f32(op, dst, src, nsrc, count);
+    case DT_F64: return reduce_f64(op, dst, src, nsrc, count);
+    case DT_I32: return reduce_u32(op, dst, src, nsrc, count);
+    case DT_I64: return reduce_u64(op, dst, src, nsrc, count);
+    }
+    return -1;
+}
+
+
+/* (address, base, deadline, spin, yield, max_sleep) of run() and pipe(); 0, or -1 with an error set. */
+int rz_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, int64_t *addr, int64_t *base,
+            double *deadline, Pace *pace) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    *addr = PyLong_AsLongLong(args[0]);
+    *base = PyLong_AsLongLong(args[1]);
+    *deadline = PyFloat_AsDouble(args[2]);
+    pace->spin = PyFloat_AsDouble(args[3]);
+    pace->yld = PyFloat_AsDouble(args[4]);
+    pace->max_sleep = PyFloat_AsDouble(args[5]);
+    return PyErr_Occurred() ? -1 : 0;
+}
