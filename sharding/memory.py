@@ -21,7 +21,8 @@ __all__ = ["estimate_memory", "measure", "format_report"]
 
 
 def _root(a):
-    while getattr(a, "base", None) is not None:
+    """The array that owns ``a``'s memory (a heap window's whole segment for heap arrays)."""
+    while getattr(a, "base", None) is not None and hasattr(a.base, "nbytes"):
         a = a.base
     return a
 

@@ -222,20 +222,17 @@ def test_host_buffers_bypass_the_device_path():
 
 def test_mode_selection():
     with pytest.raises(ValueError, match="unknown device transport mode"):
-        choose_mode(Fabric(1).transport(0), "nvlink")
-    with pytest.raises(ValueError, match="needs an MPI transport"):
-        choose_mode(Fabric(1).transport(0), "auto")
+        choose_mode(None, "nvlink")
+    with pytest.raises(ValueError, match="needs a bootstrap"):
+        choose_mode(None, "auto")
     from mpi4py import MPI
 
-    from collectives.transport.mpi import MpiTransport
-    t = MpiTransport(MPI.COMM_SELF)
-    try:
-        aware, why = cuda_aware_mpi()
-        assert isinstance(aware, bool) and why
-        assert choose_mode(t, "auto") == "ipc"  # one rank is one node
-        assert choose_mode(t, "staged") == "staged"
-    finally:
-        t.close()
+    from collectives.bootstrap.mpi import MpiBootstrap
+    boot = MpiBootstrap(MPI.COMM_SELF)
+    aware, why = cuda_aware_mpi()
+    assert isinstance(aware, bool) and why
+    assert choose_mode(boot, "auto") == "ipc"  # one rank is one node
+    assert choose_mode(boot, "staged") == "staged"
 
 
 def test_this_mpi_is_not_cuda_aware():
@@ -318,7 +315,7 @@ def test_auto_setup_has_a_deadline_under_mpirun(mpi):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count(": agreed ipc") == 2, r.stdout
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("rank 0: raised"))
-    assert "device transport setup" in line and "within 1 s" in line, line
+    assert "setup step 'allgather' timed out after 1 s" in line, line
     assert float(line.split("after ")[1].split(" s")[0]) < 5
     assert r.stdout.count(": done") == 2
 
@@ -354,11 +351,15 @@ def test_profile_accounts_for_every_message_phase(mode):
 
 
 def test_device_buffers_get_device_sized_chunks_unless_the_caller_chose():
-    from collectives.communicator import DEFAULT_CHUNK_BYTES
-    from collectives.transport.device import DEVICE_CHUNK_BYTES, device_chunk_bytes
-    assert DEVICE_CHUNK_BYTES >= 16 * DEFAULT_CHUNK_BYTES
-    assert device_chunk_bytes(DEFAULT_CHUNK_BYTES) == DEVICE_CHUNK_BYTES
-    assert device_chunk_bytes(256 * 1024) == 256 * 1024  # tests and benches that set it keep theirs
+    from collectives.tuning import defaults
+    t = defaults()
+    assert t.device_chunk_bytes >= 16 * t.chunk_bytes
+    default = Communicator(transport=Fabric(1).transport(0))
+    chosen = Communicator(transport=Fabric(1).transport(0), chunk_bytes=256 * 1024)
+    assert default.device_chunk_bytes == t.device_chunk_bytes
+    assert chosen.device_chunk_bytes == 256 * 1024  # tests and benches that set it keep theirs
+    default.close()
+    chosen.close()
 
 
 def _ipc_all_reduce(world, waits, monkeypatch):

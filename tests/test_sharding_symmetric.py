@@ -30,7 +30,7 @@ def test_in_process_communicators_keep_numpy():
 
     def body(comm):
         opt = ZeroOptimizer(units, comm, 2, AdamW(lr=1e-3))
-        with pytest.raises(ValueError, match="symmetric=True needs a Communicator over MPI"):
+        with pytest.raises(ValueError, match="symmetric=True needs a Communicator with a bootstrap"):
             ZeroOptimizer(units, comm, 2, AdamW(lr=1e-3), symmetric=True)
         return opt.symmetric, opt.reducer.pool
 

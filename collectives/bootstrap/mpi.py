@@ -16,7 +16,7 @@ from ..errors import SetupError
 from . import SETUP_TIMEOUT_S, Bootstrap
 
 ABANDONED: list = []
-
+INLINE = 504  # bytes of a rank's message that travel in the first exchange
 
 class MpiBootstrap(Bootstrap):
     """Setup over ``comm`` (an mpi4py communicator; COMM_WORLD when None).
@@ -47,16 +47,27 @@ class MpiBootstrap(Bootstrap):
             time.sleep(50e-6)
 
     def allgather(self, data: bytes) -> list[bytes]:
-        mine = np.array([len(data)], np.int64)
-        sizes = np.zeros(self.size, np.int64)
-        self._wait(self.mpi_comm.Iallgather(mine, sizes), "allgather", (mine, sizes))
-        src = np.frombuffer(data, np.uint8) if data else np.zeros(0, np.uint8)
-        out = np.empty(int(sizes.sum()), np.uint8)
-        offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        """Every rank's bytes: one exchange of a fixed block (a length and the first INLINE
+        bytes), so a late rank meets an abandoned exchange whole; the tails of longer
+        messages, if any, in a second."""
+        block = np.zeros(INLINE + 8, np.uint8)
+        block[:8] = np.frombuffer(np.int64(len(data)).tobytes(), np.uint8)
+        head = np.frombuffer(data[:INLINE], np.uint8)
+        block[8:8 + head.size] = head
+        blocks = np.empty((self.size, INLINE + 8), np.uint8)
+        self._wait(self.mpi_comm.Iallgather(block, blocks), "allgather", (block, blocks))
+        sizes = [int(np.frombuffer(b[:8].tobytes(), np.int64)[0]) for b in blocks]
+        out = [blocks[q, 8:8 + min(sizes[q], INLINE)].tobytes() for q in range(self.size)]
+        if max(sizes) <= INLINE:
+            return out
+        tails = [max(0, n - INLINE) for n in sizes]
+        src = np.frombuffer(data[INLINE:], np.uint8) if len(data) > INLINE else np.zeros(0, np.uint8)
+        got = np.empty(sum(tails), np.uint8)
+        offs = np.concatenate([[0], np.cumsum(tails)[:-1]]).astype(np.int64).tolist()
         MPI = self._MPI
-        req = self.mpi_comm.Iallgatherv([src, MPI.BYTE], [out, (sizes.tolist(), offs.tolist()), MPI.BYTE])
-        self._wait(req, "allgather", (src, out))
-        return [out[o:o + s].tobytes() for o, s in zip(offs.tolist(), sizes.tolist())]
+        self._wait(self.mpi_comm.Iallgatherv([src, MPI.BYTE], [got, (tails, offs), MPI.BYTE]), "allgather",
+                   (src, got))
+        return [out[q] + got[offs[q]:offs[q] + tails[q]].tobytes() for q in range(self.size)]
 
     def broadcast(self, data: bytes | None, root: int = 0) -> bytes:
         n = np.array([len(data) if self.rank == root else 0], np.int64)

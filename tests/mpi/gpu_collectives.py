@@ -36,10 +36,10 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Communicator
+from collectives.bootstrap.mpi import MpiBootstrap
 from collectives.dtypes import bfloat16
 from collectives.kernels.cuda_kernels import cuda_kernels
-from collectives.transport.device import Profile, cuda_aware_mpi, device_chunk_bytes, make_device_transport
-from collectives.transport.mpi import MpiTransport
+from collectives.transport.device import Profile, cuda_aware_mpi, make_device_transport
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode")
@@ -201,7 +201,7 @@ copy_bw = copy_gbps(64 << 20) if args.bench else None
 for mode in modes:
     ok, why = True, ""
     t0 = time.perf_counter()
-    dt = make_device_transport(MpiTransport(world), mode.partition("-")[0])
+    dt = make_device_transport(MpiBootstrap(world).transport(), mode.partition("-")[0])
     if mode == "ipc-poll":  # the first run's IPC protocol: host polls of events, not stream waits
         dt.stream_waits = False
     comm = Communicator(transport=dt, timeout=10, chunk_bytes=256 * 1024)  # several chunks at 1M elements
@@ -241,7 +241,7 @@ for mode in modes:
             kw = {} if chunk is None else {"chunk_bytes": chunk}
             bc = Communicator(transport=dt, timeout=10, **kw)
             try:
-                bench(bc, dt, mode, chunk or device_chunk_bytes(bc.chunk_bytes), copy_bw, records)
+                bench(bc, dt, mode, chunk or bc.device_chunk_bytes, copy_bw, records)
             except Exception as e:
                 say(f"FAIL ring-{TAG}{mode}-bench: {type(e).__name__}: {e}")
                 failed = True

@@ -62,8 +62,8 @@ def communicator(mode):
     if mode == "auto":
         return Communicator(timeout=10)
     from collectives.transport.device import make_device_transport
-    from collectives.transport.mpi import MpiTransport
-    return Communicator(transport=make_device_transport(MpiTransport(MPI.COMM_WORLD), mode), timeout=10)
+    from collectives.bootstrap.mpi import MpiBootstrap
+    return Communicator(transport=make_device_transport(MpiBootstrap(MPI.COMM_WORLD).transport(), mode), timeout=10)
 
 
 def main():
