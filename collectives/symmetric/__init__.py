@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..roads import DIRECT_ROADS
 from .cma import probe
 from .direct import Direct
 from .heap import Heap
@@ -60,7 +61,9 @@ class Symmetric:
         self.heap = Heap(node, tuning.shm_dir)
         ranks = node.allgather_obj(world.rank)
         self.signals = Signals(self.heap, ranks, policy)
-        self.direct = Direct(self.heap, self.signals, tuning, forced)
+        # a forced direct road applies within the node (a forced hier is the whole call's)
+        self.direct = Direct(self.heap, self.signals, tuning, {k: r for k, r in (forced or {}).items()
+                                                                if r in DIRECT_ROADS})
         self.single_node = node.size == world.size
         self.hier = None if self.single_node else Hierarchy(world, self, ranks, make_rail)
         self.enabled = direct and (self.single_node or self.hier.usable)
