@@ -33,7 +33,7 @@ setup(
     name="ringzero",
     version="0.1.0",
     description="Ring collectives over MPI (CPU and CUDA) and a ZeRO sharding layer",
-    packages=["collectives", "collectives.baselines", "collectives.fast", "collectives.host", "collectives.kernels", "collectives.safety",
+    packages=["collectives", "collectives.baselines", "collectives.bootstrap", "collectives.roads", "collectives.tuning", "collectives.fast", "collectives.host", "collectives.kernels", "collectives.safety",
               "collectives.symmetric", "collectives.teach", "collectives.torch_backend", "collectives.transport",
               "collectives.transport.device", "sharding"],
     cmdclass={"build_py": BuildPyWithCsrc},

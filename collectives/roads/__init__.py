@@ -17,10 +17,10 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .dtypes import COLLECTIVES
-from .errors import RoadError
-from .fast.codes import c_reduces, has_c
-from .safety.agree import MAX_SMALL_BYTES
+from ..dtypes import COLLECTIVES
+from ..errors import RoadError
+from ..fast.codes import c_reduces, has_c
+from ..safety.agree import MAX_SMALL_BYTES
 
 MAX_MESSAGE_BYTES = 1 << 30  # one point-to-point message: MPI counts are C ints (a 2 GiB + 4 KiB one failed)
 DATA = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -280,7 +280,7 @@ def _serves(f: Facts, t, road: Road) -> None:
 def table(t=None) -> str:
     """The road table as text: every road, what it serves, when it is taken, and the
     tuning settings behind it with where they were measured."""
-    from .tuning import BY_NAME, load
+    from ..tuning import BY_NAME, load
     t = t if t is not None else load()
     lines = []
     for row in ROWS:
@@ -291,7 +291,3 @@ def table(t=None) -> str:
             s = BY_NAME[name]
             lines.append(f"    {name} = {getattr(t, name)!r}: measured {s.source}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(table())

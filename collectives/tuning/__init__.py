@@ -208,7 +208,3 @@ def main() -> None:
     for s in SETTINGS:
         env = f" [{s.env}]" if s.env else ""
         print(f"{s.name} = {getattr(t, s.name)!r} ({t.origin(s.name)}){env}\n    {s.doc}\n    measured: {s.source}")
-
-
-if __name__ == "__main__":
-    main()

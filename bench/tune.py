@@ -1,0 +1,181 @@
+"""Measure the road table's crossovers on this machine and write a tuning file the library reads.
+
+    mpirun -n 2 python bench/tune.py --out ~/.config/ringzero/tuning.json
+    RINGZERO_TUNING=that.json mpirun -n 2 python your_job.py     # or leave it at ~/.config/ringzero/
+
+Each crossover is two forced roads (collectives/roads.py) timed in turns on the same
+arrays, at sizes a factor apart: the setting becomes the largest size at which the road
+below the threshold is still at least as fast (the median of round-by-round ratios).
+
+- small_bytes: the header-exchange road against the point-to-point one (staging off);
+- stage_max_<collective>: a staged call on the direct roads against the staged-ring;
+- pipe_min_all_reduce, pipe_min_all_gather: the pipe against the staged-ring;
+- push_min_all_gather: heap all-gathers pushed against pulled.
+
+The file also records the rank count (the stage limits apply to nodes of that size),
+the machine and every measured ratio. Defaults stay the built-in ones where a
+crossover is not measured (one process, no C extension). Two cores cannot show
+scaling: run it on the machine and rank count the jobs use.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from collectives import Communicator  # noqa: E402
+from collectives.fast.codes import has_c  # noqa: E402
+from collectives.roads import Road  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def call(comm, kind, x, out):
+    if kind == "all_reduce":
+        return comm.all_reduce(x, out=out)
+    if kind == "reduce_scatter":
+        return comm.reduce_scatter(x, out=out)
+    if kind == "all_gather":
+        return comm.all_gather(x, out=out)
+    return comm.broadcast(x, root=0, out=out)
+
+
+def arrays(comm, kind, nbytes, heap=False):
+    """(x, out) of a call whose size is ``nbytes`` as the tuning table counts it."""
+    n, count = comm.size, max(1, nbytes // 4)
+    make = (lambda k: comm.alloc((k,), np.float32)) if heap else (lambda k: np.zeros(k, np.float32))
+    if kind == "all_gather":  # the stage and cma limits count a piece, the pipe and push limits the out
+        return make(count), make(count * n)
+    if kind == "reduce_scatter":
+        count -= count % n
+        return make(max(count, n)), make(max(count, n) // n)
+    return make(count), make(count)
+
+
+def paired(comms, kind, nbytes, rounds, heap=False) -> float:
+    """Median over rounds of time(comms[0]) / time(comms[1]) on the same sizes (< 1: the first is faster)."""
+    bufs = [arrays(c, kind, nbytes, heap) for c in comms]
+    reps = max(2, min(200, int(4 * MiB / max(nbytes, 4 * KiB))))
+    for c, (x, out) in zip(comms, bufs):  # warm: plans, programs, windows
+        for _ in range(3):
+            call(c, kind, x, out)
+    ratios = []
+    for _ in range(rounds):
+        t = []
+        for c, (x, out) in zip(comms, bufs):
+            c.barrier()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                call(c, kind, x, out)
+            t.append(time.perf_counter() - t0)
+        # every rank's slowest counts (a collective ends when the last rank does)
+        t = comms[0].all_reduce(np.array(t), op="max")
+        ratios.append(t[0] / t[1])
+    return statistics.median(ratios)
+
+
+def crossover(name, comms, kind, sizes, rounds, log, heap=False) -> int | None:
+    """The largest size at which comms[0]'s road is at least as fast as comms[1]'s."""
+    best, seen = None, []
+    for nbytes in sizes:
+        r = paired(comms, kind, nbytes, rounds, heap)
+        seen.append([nbytes, round(r, 3)])
+        if r <= 1.0:
+            best = nbytes
+    log[name] = seen
+    if comms[0].rank == 0:
+        print(f"{name}: {' '.join(f'{s // KiB}K:{r:.2f}' for s, r in seen)} -> {best}", flush=True)
+    return best
+
+
+def size(text: str) -> int:
+    """Bytes, with an optional K, M or G suffix (as bench/collectives.py's -b/-e)."""
+    mult = {"K": KiB, "M": MiB, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    return int(float(text[:-1] if mult > 1 else text) * mult)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="tuning file to write (default: print only)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="small,stage,pipe,push", help="which crossovers (comma-separated)")
+    ap.add_argument("--max-bytes", type=size, default=64 * MiB, help="largest size measured (e.g. 64M)")
+    a = ap.parse_args(argv)
+    only = set(a.only.split(","))
+    probe = Communicator()
+    n = probe.size
+    values, log = {}, {}
+
+    def sizes(lo, hi):
+        out, s = [], lo
+        while s <= min(hi, a.max_bytes):
+            out.append(s)
+            s *= 2
+        return out
+
+    if "small" in only and n > 1:
+        comms = [Communicator(stage="0", road=Road.SMALL),
+                 Communicator(stage="0", road={"all_reduce": Road.PAIR if n == 2 else Road.RING})]
+        got = crossover("small_bytes", comms, "all_reduce", sizes(8 * KiB, 256 * KiB), a.rounds, log)
+        values["small_bytes"] = got if got is not None else 0
+        for c in comms:
+            c.close()
+    if "stage" in only and n > 1:
+        staged = Communicator(stage="1")
+        for kind in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+            ring = Communicator(stage="1", road={kind: Road.STAGED_RING})
+            got = crossover(f"stage_max_{kind}", [staged, ring], kind, sizes(64 * KiB, 8 * MiB), a.rounds, log)
+            values[f"stage_max_{kind}"] = got if got is not None else 0
+            ring.close()
+        staged.close()
+        values["stage_ranks"] = n
+    if "pipe" in only and n > 1 and has_c():
+        for kind in ("all_reduce", "all_gather"):
+            pipe = Communicator(stage="1", road={kind: Road.PIPE})
+            ring = Communicator(stage="1", road={kind: Road.STAGED_RING})
+            # the pipe is the road from the threshold up: the first size where it wins, after which it keeps winning
+            log_name = f"pipe_min_{kind}"
+            crossover(log_name, [ring, pipe], kind, sizes(4 * MiB, 64 * MiB), a.rounds, log)
+            wins = [s for s, r in log[log_name] if r >= 1.0]
+            if log[log_name]:  # from the first size the pipe wins at and keeps winning above; else past the sizes
+                values[log_name] = min((s for s in wins if all(r >= 1.0 for t, r in log[log_name] if t >= s)),
+                                       default=2 * log[log_name][-1][0])
+            pipe.close()
+            ring.close()
+    if "push" in only and n > 1:
+        push = Communicator(road={"all_gather": Road.PUSH})
+        pull = Communicator(road={"all_gather": Road.DIRECT})
+        crossover("push_min_all_gather", [pull, push], "all_gather", sizes(64 * KiB, 8 * MiB), a.rounds, log,
+                  heap=True)
+        seen = log["push_min_all_gather"]
+        wins = [s for s, r in seen if r >= 1.0 and all(q >= 1.0 for t, q in seen if t >= s)]
+        if seen:
+            values["push_min_all_gather"] = min(wins, default=2 * seen[-1][0])
+        push.close()
+        pull.close()
+    if probe.rank == 0:
+        doc = {"machine": f"{socket.gethostname()} {platform.machine()} {os.cpu_count()} cores",
+               "ranks": n, "date": time.strftime("%Y-%m-%d"), "values": values, "measured": log,
+               "how": "bench/tune.py: forced roads in turns, median of round-by-round time ratios"}
+        text = json.dumps(doc, indent=1)
+        if a.out:
+            Path(a.out).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).expanduser().write_text(text + "\n")
+            print(f"wrote {a.out}")
+        else:
+            print(text)
+    probe.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
