@@ -24,6 +24,7 @@ OPS: dict[str, int] = {"sum": 1, "prod": 2, "max": 3, "min": 4, "avg": 5}
 # collective -> wire code (the header's collective field); never reorder
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier")
 COLLECTIVE_CODES = {name: code for code, name in enumerate(COLLECTIVES, start=1)}
+DATA_COLLECTIVES = COLLECTIVES[:4]  # the collectives that move data (all but the barrier)
 
 
 _BY_DTYPE = {npdt: name for name, (npdt, _) in DTYPES.items()}

@@ -3,8 +3,7 @@ the objects the caller passes and reused while it passes them again.
 
 A call adapts its arrays (arrays.py), checks them (dtype, size, contiguity,
 writability, counts, root, op, the aliasing rule), builds its header
-(header.py) and picks its path (the ring, the small-message road, a baseline,
-the symmetric heap). None of that changes while the caller passes the very
+(safety/header.py) and asks for its road (dispatch.route, roads.choose). None of that changes while the caller passes the very
 same objects, unchanged: a loop over the same gradient buckets, ZeRO's flat
 buffers, a benchmark. So ``Communicator`` keeps a :class:`Plan` per
 (collective, id(x), id(out), op or root), and a repeated call only checks that

@@ -42,7 +42,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+from .dtypes import DATA_COLLECTIVES
+
+OPS = DATA_COLLECTIVES
 
 
 class Volume(NamedTuple):

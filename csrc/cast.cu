@@ -13,7 +13,7 @@
 // bytes: rz_scale read 1E write 1E   (E = element size in bytes)
 // Napkin: f32 -> bf16 of 256 Mi elements moves 1.5 GiB; at 4.8 TB/s about
 // 0.34 ms.
-// Built with: nvcc -arch=sm_90 -c (the test) or NVRTC (cupy.RawModule).
+// Built with: nvcc -arch=sm_90 -c (the test) or NVRTC through cupy's binding (kernels/cuda_kernels.py).
 #include "rz_common.cuh"
 
 template <typename S, typename D> struct Convert;

@@ -15,7 +15,7 @@
 // bytes: rz_reduce read 2E write 1E   (E = element size in bytes)
 // Napkin: f32 on 1 GiB buffers moves 3 GiB; at H200's 4.8 TB/s HBM that is
 // about 0.67 ms. Target: >= 90% of a device-to-device copy's bandwidth.
-// Built with: nvcc -arch=sm_90 -c (the test) or NVRTC (cupy.RawModule).
+// Built with: nvcc -arch=sm_90 -c (the test) or NVRTC through cupy's binding (kernels/cuda_kernels.py).
 #include "rz_common.cuh"
 
 template <typename T, typename Op>

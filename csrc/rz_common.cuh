@@ -3,7 +3,7 @@
 //
 // Self-contained on purpose: no host headers and no cuda_fp16.h/cuda_bf16.h,
 // so the same text compiles under nvcc (the `make test` check) and under
-// NVRTC through cupy.RawModule, whatever include paths the runtime has.
+// NVRTC through cupy's binding (not RawModule: it adds -ftz=true), whatever include paths the runtime has.
 // Half types travel as their 16-bit patterns (unsigned short) and are
 // converted with PTX (f16) or integer arithmetic (bf16), both rounding to
 // nearest even, the same as ml_dtypes and collectives/kernels/reference.py.
@@ -129,7 +129,7 @@ __device__ __forceinline__ void vstore(T* base, i64 i, const Vec<T, V>& v) {
 // RZ_UNROLL: vectors each thread loads before it uses any (1, 2 or 4), in the
 // vector loops of reduce.cu and cast.cu. One 16-byte load per input per
 // iteration of a one-wave grid-stride loop left too few bytes in flight to
-// cover HBM latency (the first H200 run: reduce at 84.5% of a device copy);
+// cover HBM latency (reduce at 84.5% of a device copy on an H200 that way);
 // U independent loads per input, at i, i + stride, ..., i + (U-1)*stride, keep
 // every warp's accesses coalesced and put U times as many in flight.
 // cuda_kernels.py passes -DRZ_UNROLL=U for a variant (bench/kernels.py

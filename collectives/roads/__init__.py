@@ -17,13 +17,13 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..dtypes import COLLECTIVES
+from ..dtypes import COLLECTIVES, DATA_COLLECTIVES
 from ..errors import RoadError
 from ..fast.codes import c_reduces, has_c
 from ..safety.agree import MAX_SMALL_BYTES
 
 MAX_MESSAGE_BYTES = 1 << 30  # one point-to-point message: MPI counts are C ints (a 2 GiB + 4 KiB one failed)
-DATA = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+DATA = DATA_COLLECTIVES
 
 
 class Road(str, enum.Enum):

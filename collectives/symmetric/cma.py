@@ -4,16 +4,14 @@ transport makes for large messages.
 
 A staged all-gather copies every piece three times (into the stage window,
 out of it into each peer's ``out``, and the own piece); MPI's copies it twice.
-So from ``MIN_BYTES`` a piece an all-gather rank whose input is private, and
-not inside its ``out``, posts its address instead of staging it (source window
-``CMA_WIN``; in place, staging copies as much and needs no wait for readers:
-FSDP2 at batch 16, whose all-gathers are in place, trained at 1.36-1.65x
-Gloo's steps/s with them offered, 2.19x without, and 1.84-2.10x with none); each peer reads
-it straight into its ``out`` with ``process_vm_readv``, and the owner waits
-until every peer is done reading before it returns, as a heap input's owner
-does. Used where the node's ranks agreed at start that the kernel allows it
-(``probe``: same user, no ptrace restriction) and ``COLLECTIVES_CMA`` is not
-"0".
+So from the tuning table's ``cma_min_bytes`` a piece, an all-gather rank whose
+input is private and not inside its ``out`` posts its address instead of
+staging it (source window ``CMA_WIN``; in place, staging copies as much and
+needs no wait for readers); each peer reads it straight into its ``out`` with
+``process_vm_readv``, and the owner waits until every peer is done reading
+before it returns, as a heap input's owner does. Used where the node's ranks
+agreed at start that the kernel allows it (``probe``: same user, no ptrace
+restriction) and the tuning table's ``cma`` is on.
 """
 from __future__ import annotations
 
@@ -23,9 +21,7 @@ import os
 import numpy as np
 
 from ..errors import CollectiveError
-
 from .signals import CMA_WIN  # noqa: F401  (the posted source window of an input read in place)
-MIN_BYTES = 64 * 1024  # all-gather pieces from this size: below it staging (C programs) measured as fast or faster
 
 
 class _Iovec(ctypes.Structure):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..context import Context
-from ..dtypes import OPS as OP_CODES, dtype_code
+from ..dtypes import DATA_COLLECTIVES, OPS as OP_CODES, dtype_code
 from .explain_run import Check
 from ..safety.header import ALGORITHMS, COLLECTIVES, make_header
 from ..kernels import NUMPY_KERNELS
@@ -39,7 +39,7 @@ from ..waiting import WaitPolicy
 from .trace import Tracer
 from ..volumes import direct_volumes
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+OPS = DATA_COLLECTIVES
 
 
 class _Window:

@@ -11,13 +11,14 @@ import numpy as np
 
 from ..host import ring
 from ..context import Context
+from ..dtypes import DATA_COLLECTIVES
 from ..kernels import kernels_for
 from ..host.schedule import offsets, split_counts
 from .simulate import simulate
 from .trace import Tracer
 from ..volumes import ring_volumes
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+OPS = DATA_COLLECTIVES
 DTYPES = ("float32", "float64", "int32", "int64")
 PHASE_NAMES = {"reduce-scatter": "reduce-scatter", "all-gather": "all-gather",
                "broadcast": "broadcast"}

@@ -12,7 +12,8 @@ thread completes that future when the last collective of the call finishes
 Tensors the Communicator cannot take as they are (non-contiguous ones, the
 pieces of a list-form all-gather or reduce-scatter) go through a contiguous
 staging tensor that the same callback copies back before the future
-completes. Only this file and torch_backend.py import torch.
+completes. torch is imported only by collectives/torch_backend/ (and lazily by arrays.py
+when a tensor arrives).
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..dtypes import DATA_COLLECTIVES
+
 CPU2 = "2 ranks on the 2-core x86 development machine"
 TUNE_FILE = "bench/results/2026-12-01-cpu2-tune/tune-n2.json"
 
@@ -133,7 +135,7 @@ class Tuning:
 
     def stage_max(self) -> dict:
         """Per collective, the largest staged call (auto staging)."""
-        return {k: getattr(self, "stage_max_" + k) for k in ("all_reduce", "reduce_scatter", "all_gather", "broadcast")}
+        return {k: getattr(self, "stage_max_" + k) for k in DATA_COLLECTIVES}
 
     def pipe_min(self) -> dict:
         return {"all_reduce": self.pipe_min_all_reduce, "all_gather": self.pipe_min_all_gather}

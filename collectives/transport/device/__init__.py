@@ -14,8 +14,8 @@ Three ways, one chosen per communicator (the same on every rank):
   producer and sends the control message at once; the receiver's stream waits
   on that event, copies, records its own event and acks with it; the sender's
   stream waits on that before anything later touches the buffer. So no
-  message host-polls a GPU event (the first H200 run, which did twice per
-  message, measured ~220 us per chunk). RINGZERO_IPC_STREAM_WAITS=0 restores
+  message host-polls a GPU event (two host polls a message cost ~220 us a
+  chunk on an H200). RINGZERO_IPC_STREAM_WAITS=0 restores
   the host polls. The sender makes an allocation's handle once
   (cached by the allocation's buffer id); each receiver opens it once and
   keeps the mapping (cupy's pool reuses its allocations), at most
