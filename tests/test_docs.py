@@ -17,7 +17,7 @@ TOP = ("collectives", "sharding", "bench", "examples", "csrc", "tests", "docs")
 # them: in backticks, commands or prose; braces and * as shells expand them.
 PATH = re.compile(r"(?<![\w./-])((?:\.\./)*(?:%s)/[\w./{},*-]*)" % "|".join(TOP))
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-OUTSIDE = re.compile(r"(?<![\w.])(\.\./|/(?:work|home|tmp|root|usr|opt|dev|mnt)/)")
+OUTSIDE = re.compile(r"(?<![\w.])(\.\./|/(?:work|home|tmp|root|usr|opt|mnt)/|/dev/(?!shm))")
 HISTORY = ("used to", "this session", "until now", "no longer", "earlier version", "previously")
 # numbered history labels: a session, an issue, a wave or a run of the past named by number
 LABEL = re.compile(r"\b(?:sessions?|issues?|waves?)\s*#?\d+|\(issue|the other engineers", re.IGNORECASE)
