@@ -6,16 +6,18 @@ STAMP   := $(VENV)/.installed
 # Open MPI refuses root without these.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
-# Open MPI 5's UCX one-sided component prints a harmless error when a shared window is made.
+# Open MPI's UCX one-sided component is not needed (no MPI windows are made) and prints errors when probed.
 export OMPI_MCA_osc := ^ucx
 NP      ?= 2
+# bench targets write here: a dated folder per machine (bench/results/<date>-<host>/)
+RESULTS ?= bench/results/$(shell date +%F)-$(shell hostname -s)
 CORES   := $(shell nproc)
 # --oversubscribe only when there are more ranks than cores: it also turns off
 # binding ranks to cores, which makes timings worse and noisier.
 over     = $(shell [ $(1) -gt $(CORES) ] && echo --oversubscribe)
 MPIRUN  := $(BIN)/mpirun
 
-.PHONY: venv test demo bench bench-torch bench-ddp explain gpu-check gpu-wheels clean
+.PHONY: venv test demo bench bench-torch bench-ddp tune explain gpu-check gpu-wheels clean
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
@@ -36,22 +38,28 @@ demo: $(STAMP)  ## one correctness line per collective, a short ring-vs-MPI swee
 	$(MPIRUN) $(call over,4) -n 4 $(BIN)/python examples/train.py --stage 3 --hidden 64 --layers 2 --steps 5 --batch 16
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python examples/train_torch.py --steps 10
 
+tune: $(STAMP)  ## measure the road table's crossovers on this machine into ~/.config/ringzero/tuning.json
+	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/tune.py --out $(HOME)/.config/ringzero/tuning.json
+
 explain: $(STAMP)  ## the ring step by step on 4 simulated ranks, drawn to ring.svg
 	$(BIN)/python -m collectives.teach.explain all_reduce --ranks 4 --count 16 --svg ring.svg
 
-bench: $(STAMP)  ## default sweep on 2 ranks: ring, MPI and the bare ring (the ceiling); JSON under bench/results/
+bench: $(STAMP)  ## default sweep on 2 ranks: ring, MPI and the bare ring (the ceiling); JSON under $(RESULTS)/
+	mkdir -p $(RESULTS)
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \
 		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,p2p \
-		--json bench/results/collectives-cpu-n$(NP).json
+		--json $(RESULTS)/collectives-cpu-n$(NP).json
 
 bench-torch: $(STAMP)  ## ring, MPI, Gloo and our ring through torch (ringzero ProcessGroup) in one sweep, plotted
+	mkdir -p $(RESULTS)
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \
 		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,gloo,torch \
-		--json bench/results/collectives-torch-cpu-n$(NP).json --plot bench/results/collectives-torch-cpu-n$(NP).png
+		--json $(RESULTS)/collectives-torch-cpu-n$(NP).json --plot $(RESULTS)/collectives-torch-cpu-n$(NP).png
 
 bench-ddp: $(STAMP)  ## DDP and FSDP2 training steps/s over ringzero and Gloo (10M MLP, per-rank batch 16)
+	mkdir -p $(RESULTS)
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/ddp.py --batch 16 \
-		--json bench/results/ddp-cpu-n$(NP).json --plot bench/results/ddp-cpu-n$(NP).png
+		--json $(RESULTS)/ddp-cpu-n$(NP).json --plot $(RESULTS)/ddp-cpu-n$(NP).png
 
 gpu-check:  ## on a GPU machine, with its own python3: GPU tests, review defects, kernel, ring and ZeRO checks
 	bash bench/gpu_check.sh

@@ -35,7 +35,7 @@
 #                      (through IPC, the default on one node; staged for the rest if IPC fails)
 #
 # Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout
-# and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/gpu-DATE/:
+# and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/DATE-gpu-TIME/:
 #   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json  ring-mps.json (mps step)
 # Exit status: 0 when every check passed, 1 when one failed, 2 when the GPU stack is missing.
 TOTAL_S=${TOTAL_S:-330}
@@ -56,7 +56,7 @@ want() {  # want STEP: the step is in --only's list ("all": every default step);
 cd "$(dirname "$0")/.." || exit 2
 REPO=$PWD
 PY=${PYTHON:-python3}
-DEST=${OUT:-$REPO/bench/results/gpu-$(date +%Y%m%d-%H%M%S)}
+DEST=${OUT:-$REPO/bench/results/$(date +%F)-gpu-$(date +%H%M%S)}
 mkdir -p "$DEST" || exit 2
 LOG=$DEST/log.txt
 SUMMARY=$DEST/summary.txt
