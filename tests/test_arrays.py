@@ -359,13 +359,15 @@ def test_torch_cuda_path_over_the_fake_device_backend(monkeypatch):
         hb = FakeCudaTensor(torch.full((n,), r + 1.0, dtype=torch.bfloat16))
         o = FakeCudaTensor(torch.empty(n))
         a = adapt(x)
-        return (a.device, comm.all_reduce(x, out=o) is o, o.cpu.clone(), comm.all_reduce(hb).cpu.clone(),
-                comm.all_gather(x).cpu.clone())
+        same = comm.all_reduce(x, out=o) is o
+        road = comm.road_taken()
+        return (a.device, same, o.cpu.clone(), comm.all_reduce(hb).cpu.clone(), comm.all_gather(x).cpu.clone(),
+                road)
 
     results, backends = _run(3, "staged", fn, chunk_bytes=256, small_bytes=64)
     base = torch.arange(n, dtype=torch.float32) % 11
-    for device, same, ar, bf, ag in results:
-        assert device and same
+    for device, same, ar, bf, ag, road in results:
+        assert device and same and road.value == "device-ring"  # the ring over the device transport
         assert torch.equal(ar, base * 6)
         assert bf.dtype == torch.bfloat16 and torch.equal(bf, torch.full((n,), 6.0, dtype=torch.bfloat16))
         assert torch.equal(ag, torch.cat([base * 1, base * 2, base * 3]))
