@@ -26,6 +26,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+if "libtsan" in os.environ.get("LD_PRELOAD", "") and "collectives" not in sys.modules:
+    # Under ThreadSanitizer, Open MPI (which collectives/__init__.py imports) crashes as it loads.
+    # collectives.gpu_ring needs only collectives.errors and .dtypes: load the package without its __init__.
+    import types
+    _pkg = types.ModuleType("collectives")
+    _pkg.__path__ = [str(ROOT / "collectives")]
+    sys.modules["collectives"] = _pkg
 from collectives.gpu_ring import layout, source  # noqa: E402
 
 SHIM = Path(__file__).resolve().parent / "ring_on_host.h"
@@ -72,8 +79,9 @@ def _job(file: str, defines, tsan: bool, dirs):
     cpp = lib.with_suffix(".cpp")
     cpp.write_text(text)
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # g++ itself never under TSan
     proc = subprocess.Popen([CXX, "-include", str(SHIM), *flags, "-x", "c++", str(cpp), "-o", str(tmp)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return lib, (proc, tmp)
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from ring_host import HostBackend, HostBuffer, tsan_preload  # noqa: E402
+from ring_host import HostBackend, HostBuffer, build, tsan_preload  # noqa: E402
 
 from collectives.dtypes import DTYPES  # noqa: E402
 from collectives.errors import CollectiveTimeout  # noqa: E402
@@ -139,10 +139,10 @@ class Harness:
 
 def matrix(h: Harness, worlds=(2, 3, 4, 5), small: bool = True, few: bool = False) -> None:
     """The case matrix; ``few`` keeps a subset (TSan, broken builds)."""
-    dts = list(DTYPES) if not few else ["float32"]
+    dts = list(DTYPES) if not few else ["float32", "bfloat16"]
     for n in worlds:
         rng = np.random.default_rng(n)
-        for gi, (nch, slots, slot, block) in enumerate(GEOMETRIES if not few else GEOMETRIES[1:2]):
+        for gi, (nch, slots, slot, block) in enumerate(GEOMETRIES):
             h.backend.block = block
             geo = layout.Geometry(channels=nch, slots=slots, slot_bytes=slot, stage_bytes=1 << 14)
             ring = Ring.virtual(h.backend, n, geo, timeout_s=20.0)
@@ -154,7 +154,7 @@ def matrix(h: Harness, worlds=(2, 3, 4, 5), small: bool = True, few: bool = Fals
                         if coll == "all_gather" and oi:
                             continue
                         k += 1
-                        if not few and (k + gi) % len(GEOMETRIES):  # each geometry takes a third, all in all everything
+                        if (k + gi) % len(GEOMETRIES):  # each geometry takes a third, all in all everything
                             continue
                         shape = ("even", "uneven", "empty", "none")[k % 4 if k % 9 else 3]
                         counts = counts_for(shape, 37 + 11 * di + 5 * oi, n, dt.itemsize, rng)
@@ -210,6 +210,7 @@ def main(argv=None) -> int:
     ap.add_argument("--missing", action="store_true", help="leave one rank out; print every rank's timeout")
     args = ap.parse_args(argv)
     if args.tsan and "libtsan" not in os.environ.get("LD_PRELOAD", ""):
+        build(tuple(BROKEN[args.broken] for _ in [0] if args.broken), tsan=True)  # here: g++ must not run under TSan
         env = {**os.environ, "LD_PRELOAD": tsan_preload(), "TSAN_OPTIONS": "halt_on_error=0 report_signal_unsafe=0"}
         r = subprocess.run([sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])], env=env,
                            capture_output=True, text=True)
@@ -229,7 +230,7 @@ def main(argv=None) -> int:
         return 0
     h = Harness(backend, args.verbose)
     few = args.tsan or bool(args.broken)
-    matrix(h, worlds=(3, 4) if few else (2, 3, 4, 5), small=not few, few=few)
+    matrix(h, worlds=(3, 4) if few else (2, 3, 4, 5), small=not args.broken, few=few)
     print(f"  built in {built:.1f} s, {h.cases} cases in {time.perf_counter() - t0 - built:.1f} s")
     for f in h.failures[:20]:
         print(f"  FAIL {f}")
