@@ -72,7 +72,6 @@ __device__ __forceinline__ void small_body(const RzArgs& A) {
     if (__syncthreads_or(bad)) return;
 
     // 2. fold (or copy) from every peer's staging area
-    const T* src[RZ_MAX_RANKS];
     for (int s = 0; s < n; ++s) {
         const bool mine_only = KIND == RZ_ONESHOT_RS || KIND == RZ_TWOSHOT_AR;
         if (mine_only && s != me) continue;
@@ -83,10 +82,9 @@ __device__ __forceinline__ void small_body(const RzArgs& A) {
             rz_move<T, Op, false>(hi - lo, reinterpret_cast<const T*>(rz_area(a.peer[s], L, par) + lo * E), nullptr,
                                   out, nullptr);
         } else {
-            for (int k = 0; k < n; ++k)  // the ring's order: segment s starts at rank s+1, ends at s
-                src[k] = reinterpret_cast<const T*>(rz_area(a.peer[(s + 1 + k) % n], L, par) + lo * E);
+            // the ring's order: segment s starts at rank s+1 and ends at s
             T* pub = KIND == RZ_TWOSHOT_AR ? reinterpret_cast<T*>(rz_area(a.ws, L, 2 + par) + lo * E) : nullptr;
-            rz_fold<T, Op>(hi - lo, src, n, out, pub);
+            rz_fold<T, Op>(hi - lo, a.peer, s + 1, n, L.stage_off + par * L.stage_bytes + lo * E, out, pub);
         }
     }
     int nbar = 1;

@@ -103,19 +103,23 @@ __device__ __forceinline__ void rz_move(i64 n, const T* a, const T* b, T* d0, T*
     }
 }
 
-// The ring's fold of ns sources (ns <= RZ_MAX_RANKS) into d0 and, unless null, d1.
+// The ring's fold into d0 and, unless null, d1: source k is the ns-rank table's entry
+// (first + k) % ns, ``off`` bytes in (every rank's staged copy of the same elements).
 template <typename T, typename Op>
-__device__ __forceinline__ void rz_fold(i64 n, const T* const* s, int ns, T* d0, T* d1) {
+__device__ __forceinline__ void rz_fold(i64 n, RzWs* const* peers, int first, int ns, i64 off, T* d0, T* d1) {
     const unsigned ph = rz_phase(d0);
     bool vec = d1 == nullptr || rz_phase(d1) == ph;
-    for (int k = 0; k < ns; ++k) vec = vec && rz_phase(s[k]) == ph;
+    for (int k = 0; k < ns; ++k) vec = vec && rz_phase(reinterpret_cast<const char*>(peers[k]) + off) == ph;
     const RzSplit<T> sp(n, ph, vec);
     const i64 tid = threadIdx.x, nt = blockDim.x;
     for (i64 i = tid; i < sp.nvec; i += nt) {
         uint4 x[RZ_MAX_RANKS];
 #pragma unroll
         for (int k = 0; k < RZ_MAX_RANKS; ++k)
-            if (k < ns) x[k] = __ldcg(reinterpret_cast<const uint4*>(s[k] + sp.head) + i);
+            if (k < ns) {
+                const T* src = reinterpret_cast<const T*>(reinterpret_cast<const char*>(peers[(first + k) % ns]) + off);
+                x[k] = __ldcg(reinterpret_cast<const uint4*>(src + sp.head) + i);
+            }
         uint4 acc = x[0];
 #pragma unroll
         for (int k = 1; k < RZ_MAX_RANKS; ++k)
@@ -126,8 +130,11 @@ __device__ __forceinline__ void rz_fold(i64 n, const T* const* s, int ns, T* d0,
     const i64 nscalar = sp.head + (n - sp.tail0);
     for (i64 i = tid; i < nscalar; i += nt) {
         const i64 k = i < sp.head ? i : sp.tail0 + (i - sp.head);
-        T acc = rz_ld1(s[0] + k);
-        for (int j = 1; j < ns; ++j) acc = rz_op1<T, Op>(rz_ld1(s[j] + k), acc);
+        T acc = T();
+        for (int j = 0; j < ns; ++j) {
+            const T* src = reinterpret_cast<const T*>(reinterpret_cast<const char*>(peers[(first + j) % ns]) + off);
+            acc = j == 0 ? rz_ld1(src + k) : rz_op1<T, Op>(rz_ld1(src + k), acc);
+        }
         d0[k] = acc;
         if (d1) d1[k] = acc;
     }

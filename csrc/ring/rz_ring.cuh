@@ -146,21 +146,24 @@ struct RzWhere {  // where a block is, for the error record
     const RzRank* a;
     int ch, step, coll;
     i64 round;
+    // packed for rz_fail, so that nothing of it has to live in local memory
+    __device__ __forceinline__ u64 pos() const {
+        return (u64)(ch & 0xff) | ((u64)(step & 0xffff) << 8) | ((u64)(coll & 0xff) << 24) | ((u64)round << 32);
+    }
 };
 
 // Record the failure (the first block of this rank only), then make every block of the ring
 // leave: this rank's abort word, the neighbours', and with ``all`` every peer's.
-__device__ __noinline__ bool rz_fail(const RzWhere& w, int kind, int cause, int peer, u64 want, u64 seen,
-                                     u64 word, u64 waited, bool all) {
-    const RzRank& a = *w.a;
-    if (cause == RZ_TIMEOUT) word = rz_abort_word(a.rank, peer, kind);
-    if (rz_cas(&a.ws->head.claim, 0, 1) == 0) {
-        RzErr* e = a.err;
-        e->rank = a.rank;
-        e->channel = w.ch;
-        e->step = w.step;
-        e->coll = w.coll;
-        e->round = w.round;
+__device__ __noinline__ bool rz_fail(const RzLaunch* L, const RzRank* a, u64 pos, int kind, int cause, int peer,
+                                     u64 want, u64 seen, u64 word, u64 waited, bool all) {
+    if (cause == RZ_TIMEOUT) word = rz_abort_word(a->rank, peer, kind);
+    if (rz_cas(&a->ws->head.claim, 0, 1) == 0) {
+        RzErr* e = a->err;
+        e->rank = a->rank;
+        e->channel = (int)(pos & 0xff);
+        e->step = (int)((pos >> 8) & 0xffff);
+        e->coll = (int)((pos >> 24) & 0xff);
+        e->round = (i64)(pos >> 32);
         e->kind = kind;
         e->cause = cause;
         e->peer = peer;
@@ -170,11 +173,11 @@ __device__ __noinline__ bool rz_fail(const RzWhere& w, int kind, int cause, int 
         e->waited_ns = waited;
         rz_st_release(&e->valid, 1);
     }
-    rz_cas(&a.ws->head.abort, 0, word);
-    rz_cas(&a.left->head.abort, 0, word);
-    rz_cas(&a.right->head.abort, 0, word);
+    rz_cas(&a->ws->head.abort, 0, word);
+    rz_cas(&a->left->head.abort, 0, word);
+    rz_cas(&a->right->head.abort, 0, word);
     if (all)
-        for (int p = 0; p < w.L->nranks; ++p) rz_cas(&a.peer[p]->head.abort, 0, word);
+        for (int p = 0; p < L->nranks; ++p) rz_cas(&a->peer[p]->head.abort, 0, word);
     return true;
 }
 
@@ -186,8 +189,9 @@ __device__ __forceinline__ bool rz_wait(const u64* word, u64 want, const RzWhere
     for (;;) {
         const u64 ab = rz_ld_relaxed(&w.a->ws->head.abort), host = rz_ld_relaxed(w.a->host_abort);
         const u64 waited = rz_globaltimer() - t0;
-        if (ab | host) return rz_fail(w, kind, host ? RZ_HOST_ABORT : RZ_ABORTED, peer, want, seen, ab | host, waited, all);
-        if (waited > w.L->timeout_ns) return rz_fail(w, kind, RZ_TIMEOUT, peer, want, seen, 0, waited, all);
+        if (ab | host) return rz_fail(w.L, w.a, w.pos(), kind, host ? RZ_HOST_ABORT : RZ_ABORTED, peer, want, seen, ab | host, waited,
+                           all);
+        if (waited > w.L->timeout_ns) return rz_fail(w.L, w.a, w.pos(), kind, RZ_TIMEOUT, peer, want, seen, 0, waited, all);
         rz_pause();
         seen = rz_ld_acquire(word);
         if (seen >= want) return false;
@@ -198,7 +202,7 @@ __device__ __forceinline__ bool rz_wait(const u64* word, u64 want, const RzWhere
 __device__ __forceinline__ bool rz_entry_aborted(const RzWhere& w, bool all) {
     const u64 ab = rz_ld_relaxed(&w.a->ws->head.abort), host = rz_ld_relaxed(w.a->host_abort);
     if (!(ab | host)) return false;
-    return rz_fail(w, RZ_WAIT_ENTRY, host ? RZ_HOST_ABORT : RZ_ABORTED, -1, 0, 0, ab | host, 0, all);
+    return rz_fail(w.L, w.a, w.pos(), RZ_WAIT_ENTRY, host ? RZ_HOST_ABORT : RZ_ABORTED, -1, 0, 0, ab | host, 0, all);
 }
 
 // Part ``c`` of ``nch`` of segment s: whole granules (16 bytes) each, the last takes the rest.
