@@ -68,8 +68,18 @@ def layout_expected() -> list[int]:
     return out
 
 
+FEW = ("bf16", "f32", "rz_ring_ag", "rz_oneshot_ag", "rz_probe")  # what -DRZ_FEW_DTYPES keeps
+
+
+def names(file: str, few: bool) -> list[str]:
+    """The entry points a build of ``file`` has (all, or the few of -DRZ_FEW_DTYPES)."""
+    every = source.kernel_names()[file]
+    return [n for n in every if n in FEW or n.rsplit("_", 1)[-1] in FEW] if few else every
+
+
 def _job(file: str, defines, tsan: bool, dirs):
-    text = source.kernel_source(file, dirs) + _trailer(source.kernel_names()[file])
+    few = "-DRZ_FEW_DTYPES" in defines
+    text = source.kernel_source(file, dirs) + _trailer(names(file, few))
     flags = [*FLAGS, *(TSAN if tsan else OPT), *defines]
     key = hashlib.sha256("\0".join([text, SHIM.read_text(), CXX, *flags]).encode()).hexdigest()[:16]
     lib = CACHE / f"{Path(file).stem}{'-tsan' if tsan else ''}-{key}.so"
@@ -85,9 +95,16 @@ def _job(file: str, defines, tsan: bool, dirs):
     return lib, (proc, tmp)
 
 
-def build(defines=(), tsan: bool = False, dirs=None) -> dict[str, Path]:
-    """Both kernel files built (cached), in parallel: {file: shared library}."""
-    jobs = {f: _job(f, tuple(defines), tsan, dirs) for f in source.FILES}
+def build(defines=(), tsan: bool = False, dirs=None, files=source.FILES) -> dict[str, Path]:
+    """The kernel files built (cached), in parallel: {file: shared library}.
+
+    Args:
+      defines: -D options (RZ_FEW_DTYPES: bf16 and f32 only; RZ_BROKEN_*: a broken protocol).
+      tsan: under ThreadSanitizer.
+      dirs: kernel sources to use instead of csrc/ring (see collectives.gpu_ring.source).
+      files: which of ring.cu and ring_small.cu.
+    """
+    jobs = {f: _job(f, tuple(defines), tsan, dirs) for f in files}
     for file, (lib, pending) in jobs.items():
         if pending is not None:
             proc, tmp = pending
@@ -142,15 +159,15 @@ class HostBackend:
       block: threads per block (a GPU runs 512; a few are enough to exercise the protocol).
       sm_count: what the co-residency rules take as the device's SMs.
       cooperative: whether a cooperative launch is 'supported' (the host runs every block at once anyway).
-      defines, tsan, dirs: the build variant (see :func:`build`).
+      defines, tsan, dirs, files: the build (see :func:`build`).
     """
 
     name = "host"
 
     def __init__(self, block: int = 8, sm_count: int = 132, cooperative: bool = True, defines=(),
-                 tsan: bool = False, dirs=None):
+                 tsan: bool = False, dirs=None, files=source.FILES):
         self.block, self.sm_count, self.cooperative = block, sm_count, cooperative
-        self.libs = {f: ctypes.CDLL(str(p)) for f, p in build(defines, tsan, dirs).items()}
+        self.libs = {f: ctypes.CDLL(str(p)) for f, p in build(defines, tsan, dirs, files).items()}
         for lb in self.libs.values():
             lb.rzhost_trace_get.argtypes = [ctypes.c_longlong, ctypes.POINTER(ctypes.c_longlong)]
             lb.rzhost_trace_count.restype = ctypes.c_longlong
@@ -169,7 +186,10 @@ class HostBackend:
     def function(self, name: str) -> HostFunction:
         f = self._functions.get(name)
         if f is None:
-            f = self._functions[name] = HostFunction(self.libs[source.file_of(name)], name)
+            lib = self.libs.get(source.file_of(name))
+            if lib is None or not hasattr(lib, f"rzhost_fn_{name}"):
+                raise RuntimeError(f"{name} is not in this host build ({', '.join(self.libs)})")
+            f = self._functions[name] = HostFunction(lib, name)
         return f
 
     def blocks_per_sm(self, fn, block: int) -> int:
@@ -214,5 +234,5 @@ class HostBackend:
 
     def layout(self) -> list[int]:
         out = (ctypes.c_longlong * 512)()
-        n = self.libs[source.FILES[0]].rzhost_layout(out)
+        n = next(iter(self.libs.values())).rzhost_layout(out)
         return list(out[:n])

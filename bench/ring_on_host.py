@@ -45,7 +45,7 @@ from collectives.errors import CollectiveTimeout  # noqa: E402
 from collectives.gpu_ring import layout, reference  # noqa: E402
 from collectives.gpu_ring.plan import split_counts  # noqa: E402
 from collectives.gpu_ring.ring import Ring  # noqa: E402
-from collectives.gpu_ring.source import OPS  # noqa: E402
+from collectives.gpu_ring.source import FILES, OPS  # noqa: E402
 
 BROKEN = {"no-free-wait": "-DRZ_BROKEN_NO_FREE_WAIT", "early-post": "-DRZ_BROKEN_EARLY_POST"}
 # (channels, slots, slot bytes, threads per block) per N: tiny slots, so every call runs many rounds
@@ -66,7 +66,8 @@ def operand(dtype, count: int, seed: int) -> np.ndarray:
     sp = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, 3e38, -3e38], np.float32)
     k = min(count, sp.size)
     x[:k] = np.roll(sp, seed % sp.size)[:k]
-    return x.astype(dt)
+    with np.errstate(over="ignore"):  # 3e38 is inf in the half types: meant
+        return x.astype(dt)
 
 
 def at(ptr: int, count: int, dtype) -> np.ndarray:
@@ -144,6 +145,7 @@ def matrix(h: Harness, worlds=(2, 3, 4, 5), small: bool = True, few: bool = Fals
         rng = np.random.default_rng(n)
         for gi, (nch, slots, slot, block) in enumerate(GEOMETRIES):
             h.backend.block = block
+            h.backend.cooperative = (n + gi) % 2 == 0  # else one launch per rank, each on its own stream
             geo = layout.Geometry(channels=nch, slots=slots, slot_bytes=slot, stage_bytes=1 << 14)
             ring = Ring.virtual(h.backend, n, geo, timeout_s=20.0)
             k = 0
@@ -161,18 +163,20 @@ def matrix(h: Harness, worlds=(2, 3, 4, 5), small: bool = True, few: bool = Fals
                         direct = coll != "reduce_scatter" and k % 3 == 0
                         in_place = coll != "reduce_scatter" and k % 5 == 1
                         label = (f"ring {coll} {d} {op} n={n} ch={nch} slots={slots}x{slot}B block={block} "
+                                 f"{ring.residency.mode} "
                                  f"{shape} {counts}{' direct' if direct else ''}{' in place' if in_place else ''}")
                         h.case(label, ring, coll, dt, op, counts, channels=1 + k % nch, direct=direct,
                                in_place=in_place, offset=(k % 4) if k % 7 else 0, seed=k)
             if small and gi == 0:
-                small_cases(h, ring, n, rng)
+                small_cases(h, ring, n, rng, dts)
 
 
-def small_cases(h: Harness, ring: Ring, n: int, rng) -> None:
+def small_cases(h: Harness, ring: Ring, n: int, rng, dts) -> None:
     """One-shot and two-shot kernels for every dtype and op, on the ring's own workspaces."""
     h.backend.block = 4
     k = 0
-    for d, (dt, _) in DTYPES.items():
+    for d in dts:
+        dt = DTYPES[d][0]
         for op in OPS:
             for kind, coll in (("oneshot", "all_reduce"), ("twoshot", "all_reduce"), ("oneshot", "reduce_scatter"),
                                ("oneshot", "all_gather")):
@@ -209,8 +213,11 @@ def main(argv=None) -> int:
     ap.add_argument("--broken", choices=sorted(BROKEN), help="run a subset on a deliberately broken protocol")
     ap.add_argument("--missing", action="store_true", help="leave one rank out; print every rank's timeout")
     args = ap.parse_args(argv)
+    few = args.tsan or bool(args.broken)  # a variant build: bf16 and f32 only, the ring alone when broken
+    defines = ("-DRZ_FEW_DTYPES", BROKEN[args.broken]) if args.broken else ("-DRZ_FEW_DTYPES",) if few else ()
+    files = ("ring.cu",) if args.broken else FILES
     if args.tsan and "libtsan" not in os.environ.get("LD_PRELOAD", ""):
-        build(tuple(BROKEN[args.broken] for _ in [0] if args.broken), tsan=True)  # here: g++ must not run under TSan
+        build(defines, tsan=True, files=files)  # here: g++ must not run under TSan
         env = {**os.environ, "LD_PRELOAD": tsan_preload(), "TSAN_OPTIONS": "halt_on_error=0 report_signal_unsafe=0"}
         r = subprocess.run([sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])], env=env,
                            capture_output=True, text=True)
@@ -221,15 +228,13 @@ def main(argv=None) -> int:
             sys.stdout.write(r.stderr[:6000])
         return r.returncode if r.returncode else (1 if races and not args.broken else 0)
     t0 = time.perf_counter()
-    defines = (BROKEN[args.broken],) if args.broken else ()
-    backend = HostBackend(defines=defines, tsan=args.tsan)
+    backend = HostBackend(defines=defines, tsan=args.tsan, files=files)
     built = time.perf_counter() - t0
     if args.missing:
         for e in missing(backend):
             print(f"  rank {e.rank} ({e.cause}, peer {e.peer}, origin {e.origin}): {e}")
         return 0
     h = Harness(backend, args.verbose)
-    few = args.tsan or bool(args.broken)
     matrix(h, worlds=(3, 4) if few else (2, 3, 4, 5), small=not args.broken, few=few)
     print(f"  built in {built:.1f} s, {h.cases} cases in {time.perf_counter() - t0 - built:.1f} s")
     for f in h.failures[:20]:
