@@ -142,9 +142,14 @@ def test_connect_maps_every_peer_once_through_ipc():
 
     def allgather(data):
         sent.append(data)
+        if len(sent) == 2:  # the verdicts: everyone accepts
+            return [data] * 3
         return [data if r == 1 else (0x9000 + r).to_bytes(64, "little") for r in range(3)]
     ring = Ring.connect(be, 1, 3, allgather, geo)
-    assert len(sent) == 1 and ring.ws_ptrs == [0x9001, ring.own[1].ptr, 0x9003]
+    assert len(sent) == 2 and ring.ws_ptrs == [0x9001, ring.own[1].ptr, 0x9003] and sent[1] == b"\x01"
     assert ring.residency.mode == "one-per-gpu"
+    sent.clear()
+    vetoed = Ring.connect(be, 1, 3, lambda d: (sent.append(d), [d, d, b"\x00"] if len(sent) == 2 else [d] * 3)[1], geo)
+    assert not vetoed.residency.ok and "rank(s) [2] refused" in vetoed.residency.reason
     with pytest.raises(ValueError, match="direct mode"):
         ring.launch("all_reduce", [0], [0], [8, 8, 8], np.float32, "sum", right_outs=[0])

@@ -45,6 +45,7 @@ class Ring:
         self.ws_ptrs, self.geometry, self.residency = list(ws_ptrs), geometry, res
         self.timeout_ns = int(timeout_s * 1e9)
         self._barrier = barrier
+        self._own_streams: list | None = None  # made once: a rank's calls must stay in order on its stream
         self.broken: CollectiveError | None = None
         self.last: dict = {}  # the last launch's kernel, channels, grid and mode (for tests and explain)
 
@@ -75,6 +76,9 @@ class Ring:
           timeout_s: the deadline of every wait on the device.
           gpu_partner: the other rank whose process shares this GPU, if one does.
           mps: whether MPS serves this process (default: residency.mps_active()).
+
+        Every rank learns every rank's verdict (one more allgather): the road is used by
+        all or by none.
         """
         g = geometry or default_geometry()
         ws = Workspace(backend, g)
@@ -84,8 +88,13 @@ class Ring:
         on_gpu = 1 if gpu_partner is None else 2
         use_mps = residency.mps_active() if mps is None else mps
         probe = (lambda: ring.probe(gpu_partner)) if gpu_partner is not None and use_mps else None
-        ring.residency = residency.processes(on_gpu, g.channels, use_mps, probe)
-        if not ring.residency.ok:
+        res = residency.processes(on_gpu, g.channels, use_mps, probe)
+        verdicts = allgather(b"\x01" if res.ok else b"\x00")  # every rank accepts, or none uses the road
+        refused = [r for r, v in enumerate(verdicts) if v != b"\x01"]
+        if refused and res.ok:
+            res = residency.Residency(False, "refused", 0, f"rank(s) {refused} refused the kernel ring")
+        ring.residency = res
+        if not res.ok:
             ws.reset()
         return ring
 
@@ -118,7 +127,8 @@ class Ring:
           counts: elements of every segment (world entries, the same on every rank).
           dtype: the element type.
           op: sum, prod, max or min (not for all_gather).
-          streams: one per local rank, or one for all (default: new non-blocking streams).
+          streams: one per local rank, or one for all (default: the ring's own non-blocking
+            streams, made once, so that each rank's calls run in order).
           kernel: "ring", "oneshot" or "twoshot" instead of road.kernel_kind's choice.
           channels: ring channels (small kernels: blocks) per rank instead of road's choice.
           right_outs: direct mode (ring kernel): each local rank's right neighbour's output,
@@ -184,8 +194,10 @@ class Ring:
     # ------------------------------------------------------------ internals
     def _streams(self, streams) -> list:
         if streams is None:
-            n = len(self.ranks) if self.residency.mode == "streams" else 1
-            return [self.backend.stream() for _ in range(n)]
+            if self._own_streams is None:
+                n = len(self.ranks) if self.residency.mode == "streams" else 1
+                self._own_streams = [self.backend.stream() for _ in range(n)]
+            return self._own_streams
         return list(streams) if isinstance(streams, (list, tuple)) else [streams]
 
     def _args(self, offs: list[int], nch: int, idx: list[int], xs, outs, right_outs) -> layout.Args:
