@@ -37,6 +37,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from collectives.dtypes import DTYPES  # noqa: E402
+from collectives.errors import CollectiveTimeout  # noqa: E402
 from collectives.gpu_ring import plan, reference, tuning  # noqa: E402
 from collectives.gpu_ring.ring import Ring, default_geometry  # noqa: E402
 
@@ -140,8 +141,9 @@ def run_case(cp, ring: Ring, coll: str, dtype, S: int, pool: Inputs, direct: boo
         streams = ring.launch(coll, xp, op_, counts, dtype, op, kernel=kernel, right_outs=right)
     ring.wait(streams)
     t = (time.perf_counter() - t0) / iters
-    minimal = sum(plan.traffic(coll, counts, r, item, direct)[0] for r in range(n))
-    actual = sum(plan.traffic(coll, counts, r, item, direct)[1] for r in range(n))
+    kind = ring.last["kernel"]
+    minimal = sum(plan.traffic(coll, counts, r, item, direct, kernel=kind)[0] for r in range(n))
+    actual = sum(plan.traffic(coll, counts, r, item, direct, kernel=kind)[1] for r in range(n))
     algbw = S / t
     return dict(n=n, collective=coll, dtype=np.dtype(dtype).name, bytes=S, direct=direct, kernel=ring.last["kernel"],
                 channels=ring.last["channels"], mode=ring.last["mode"], seconds=t, algbw=algbw,
@@ -176,6 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--copy-bytes", default="1G")
     ap.add_argument("--check-max", default="16M", help="largest size checked on every element (above: a sample)")
     ap.add_argument("--latency", default="4K,16K,64K", help="all-reduce sizes timed per call, each kernel")
+    ap.add_argument("--timeout", type=float, default=10.0, help="the deadline of every wait on the device (s)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     import cupy as cp
@@ -198,14 +201,19 @@ def main(argv=None) -> int:
     pools = {np.dtype(d): Inputs(d, max(ranks), most // np.dtype(d).itemsize) for d in dtypes}
     lat_pool = pools.get(np.dtype(np.float32)) or Inputs(np.float32, max(ranks), most // 4)
     for n in ranks:
-        ring = Ring.virtual(backend, n, geo) if geo else Ring.virtual(backend, n, _host_geometry())
+        ring = Ring.virtual(backend, n, geo or _host_geometry(), timeout_s=args.timeout)
         print(f"INFO gpu-ring n={n}: {ring.residency.reason}")
         for d in dtypes:
             for coll in ("all_reduce", "reduce_scatter", "all_gather"):
                 for direct in ((False, True) if coll != "reduce_scatter" else (False,)):
                     for S in sizes:
-                        row = run_case(cp, ring, coll, d, S, pools[np.dtype(d)], direct, args.iters, parse_size(args.check_max),
-                                       copy_bw, kernel="ring" if direct else None)
+                        try:
+                            row = run_case(cp, ring, coll, d, S, pools[np.dtype(d)], direct, args.iters,
+                                           parse_size(args.check_max), copy_bw, kernel="ring" if direct else None)
+                        except CollectiveTimeout as e:  # the ring reset itself: report, go on
+                            print(f"FAIL gpu-ring n={n} {coll} {np.dtype(d).name} {S} B: {e}")
+                            rows.append(dict(n=n, collective=coll, bytes=S, wrong=-1, error=str(e)))
+                            continue
                         rows.append(row)
                         print(f"INFO gpu-ring n={n} {coll:<14} {row['dtype']:<8} {S:>10} B {'direct' if direct else 'slots '} "
                               f"{row['kernel']:<7} ch={row['channels']:<2} {row['seconds'] * 1e6:10.1f} us "
@@ -215,7 +223,11 @@ def main(argv=None) -> int:
             for kernel in ("oneshot", "twoshot", "ring"):
                 if kernel != "ring" and S > ring.geometry.stage_bytes:
                     continue
-                r = latency(cp, ring, S, kernel, 2 if on_host else max(args.iters, 50), lat_pool)
+                try:
+                    r = latency(cp, ring, S, kernel, 2 if on_host else max(args.iters, 50), lat_pool)
+                except CollectiveTimeout as e:
+                    print(f"FAIL gpu-ring-latency n={n} {S} B {kernel}: {e}")
+                    r = dict(n=n, bytes=S, kernel=kernel, seconds=float("nan"), wrong=-1, error=str(e))
                 lat.append(r)
                 print(f"INFO gpu-ring-latency n={n} all_reduce {S:>7} B {kernel:<7} {r['seconds'] * 1e6:9.1f} us per call "
                       f"(launch + sync) wrong {r['wrong']}")

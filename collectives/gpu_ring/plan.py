@@ -108,8 +108,21 @@ def _step_bytes(collective: str, st: Step, t: int, direct: bool, in_place: bool)
     return 3 if st.send else 2  # read the slot, write out (and the right slot)
 
 
+def _small_bytes(collective: str, kernel: str, total: int, own: int, world: int) -> int:
+    """Reads + writes of a one-/two-shot kernel (ring_small.cu): staging the input, then folding."""
+    mine = own if collective == "all_gather" else total
+    stage = 2 * mine  # read the input, write it to this rank's staging area
+    if kernel == "twoshot":  # fold own segment from n stages, publish it, copy every other one
+        return stage + world * own + 2 * own + 2 * (total - own)
+    if collective == "all_reduce":
+        return stage + world * total + total
+    if collective == "reduce_scatter":
+        return stage + world * own + own
+    return stage + 2 * total  # all-gather: read every staged piece, write out
+
+
 def traffic(collective: str, counts: list[int], rank: int, itemsize: int, direct: bool = False,
-            in_place: bool = False) -> tuple[int, int]:
+            in_place: bool = False, kernel: str = "ring") -> tuple[int, int]:
     """(minimal, actual) bytes rank ``rank`` reads plus writes in one call.
 
     Args:
@@ -119,6 +132,7 @@ def traffic(collective: str, counts: list[int], rank: int, itemsize: int, direct
       itemsize: bytes per element.
       direct: the all-gather data goes straight into the neighbour's output.
       in_place: the all-gather's input is already its segment of the output.
+      kernel: "ring", or the small kernel that ran ("oneshot", "twoshot"; see _small_bytes).
 
     Minimal: the input read once and the output written once. Actual: what the kernel's
     steps read and write, slots included; for even segments of u bytes that is
@@ -130,6 +144,8 @@ def traffic(collective: str, counts: list[int], rank: int, itemsize: int, direct
     own = counts[rank] * itemsize
     minimal = {"all_reduce": 2 * total, "reduce_scatter": total + own,
                "all_gather": own + (total - own if in_place else total)}[collective]
+    if kernel != "ring":
+        return minimal, _small_bytes(collective, kernel, total, own, world)
     actual = 0
     for t in range(nsteps(collective, world)):
         st = step(collective, rank, world, t)

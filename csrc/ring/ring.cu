@@ -143,7 +143,7 @@ __device__ __forceinline__ void ring_body(const RzArgs& A) {
                     T* to = st.send ? nxt : mine;
                     T* also = st.send && !recv_direct && from != mine ? mine : nullptr;
                     if (from != to) rz_move<T, Op, false>(len, from, nullptr, to, also);
-                    sa = from, d0 = from != to ? to : nullptr, d1 = also;
+                    if (from != to) sa = from, d0 = to, d1 = also;  // (direct, last step: nothing moves)
                 }
             }
             if (lead) RZ_TRACE_MOVE(me, ch, round, t, st.seg, g0, len * E, sa, sb, d0, d1);

@@ -64,7 +64,9 @@ __device__ __forceinline__ void small_body(const RzArgs& A) {
         i64 lo, hi;
         rz_part(L.offs, s, b, nb, G, &lo, &hi);
         T* st = reinterpret_cast<T*>(rz_area(a.ws, L, par) + lo * E);
-        rz_move<T, Op, false>(hi - lo, reinterpret_cast<const T*>(a.x + (lo - xbase) * E), nullptr, st, nullptr);
+        const T* x = reinterpret_cast<const T*>(a.x + (lo - xbase) * E);
+        rz_move<T, Op, false>(hi - lo, x, nullptr, st, nullptr);
+        if (lead) RZ_TRACE_MOVE(me, b, 0, 0, s, lo, (hi - lo) * E, x, nullptr, st, nullptr);
     }
     __syncthreads();
     w.step = 1;
@@ -79,12 +81,19 @@ __device__ __forceinline__ void small_body(const RzArgs& A) {
         rz_part(L.offs, s, b, nb, G, &lo, &hi);
         T* out = reinterpret_cast<T*>(a.out + (lo - obase) * E);
         if constexpr (KIND == RZ_ONESHOT_AG) {
-            rz_move<T, Op, false>(hi - lo, reinterpret_cast<const T*>(rz_area(a.peer[s], L, par) + lo * E), nullptr,
-                                  out, nullptr);
+            const T* from = reinterpret_cast<const T*>(rz_area(a.peer[s], L, par) + lo * E);
+            rz_move<T, Op, false>(hi - lo, from, nullptr, out, nullptr);
+            if (lead) RZ_TRACE_MOVE(me, b, 0, 1, s, lo, (hi - lo) * E, from, nullptr, out, nullptr);
         } else {
             // the ring's order: segment s starts at rank s+1 and ends at s
             T* pub = KIND == RZ_TWOSHOT_AR ? reinterpret_cast<T*>(rz_area(a.ws, L, 2 + par) + lo * E) : nullptr;
             rz_fold<T, Op>(hi - lo, a.peer, s + 1, n, L.stage_off + par * L.stage_bytes + lo * E, out, pub);
+            if (lead) {  // the host build's log: one read per source, then the writes
+                for (int k = 0; k < n; ++k)
+                    RZ_TRACE_MOVE(me, b, 0, 1, s, lo, (hi - lo) * E, rz_area(a.peer[(s + 1 + k) % n], L, par) + lo * E,
+                                  nullptr, nullptr, nullptr);
+                RZ_TRACE_MOVE(me, b, 0, 1, s, lo, (hi - lo) * E, nullptr, nullptr, out, pub);
+            }
         }
     }
     int nbar = 1;
@@ -97,8 +106,9 @@ __device__ __forceinline__ void small_body(const RzArgs& A) {
             if (s == me) continue;
             i64 lo, hi;
             rz_part(L.offs, s, b, nb, G, &lo, &hi);
-            rz_move<T, Op, false>(hi - lo, reinterpret_cast<const T*>(rz_area(a.peer[s], L, 2 + par) + lo * E), nullptr,
-                                  reinterpret_cast<T*>(a.out + lo * E), nullptr);
+            const T* from = reinterpret_cast<const T*>(rz_area(a.peer[s], L, 2 + par) + lo * E);
+            rz_move<T, Op, false>(hi - lo, from, nullptr, reinterpret_cast<T*>(a.out + lo * E), nullptr);
+            if (lead) RZ_TRACE_MOVE(me, b, 0, 2, s, lo, (hi - lo) * E, from, nullptr, a.out + lo * E, nullptr);
         }
         nbar = 2;
     }
