@@ -6,7 +6,7 @@
 //   __global__, __device__, __forceinline__, __noinline__, __launch_bounds__ -> plain C++
 //   threadIdx, blockIdx, blockDim, gridDim   -> thread_local, set when each thread starts
 //   __syncthreads, __syncthreads_or          -> a barrier per block (mutex + condition variable)
-//   rz_ld_acquire / rz_st_release / rz_ld_relaxed / rz_cas -> __atomic builtins with the same
+//   rz_ld_acquire / rz_st_release / rz_ld_relaxed / rz_st_relaxed / rz_cas -> __atomic builtins, the same
 //       orders (acquire, release, relaxed, acq_rel), so ThreadSanitizer sees what the GPU's
 //       memory model promises and nothing more
 //   rz_globaltimer (%globaltimer)            -> std::chrono::steady_clock, in nanoseconds
@@ -60,6 +60,7 @@ template <typename T> static inline void __stcg(T* p, T v) { *p = v; }
 static inline unsigned long long rz_ld_acquire(const unsigned long long* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline unsigned long long rz_ld_relaxed(const unsigned long long* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 static inline void rz_st_release(unsigned long long* p, unsigned long long v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline void rz_st_relaxed(unsigned long long* p, unsigned long long v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 static inline unsigned long long rz_cas(unsigned long long* p, unsigned long long cmp, unsigned long long val) {
     __atomic_compare_exchange_n(p, &cmp, val, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     return cmp;  // the old value, as atomicCAS returns

@@ -124,11 +124,12 @@ def _err(**kw) -> layout.Err:
 
 def test_a_timeout_record_names_rank_peer_step_and_counters():
     e = record.decode(_err(rank=3, channel=1, step=2, coll=2, round=5, kind=layout.WAIT_DATA, cause=layout.TIMEOUT,
-                           peer=2, wanted=41, seen=40, waited_ns=2_500_000_000), world=4)
+                           peer=2, blamed=2, wanted=41, seen=40, waited_ns=2_500_000_000), world=4)
     assert isinstance(e, CollectiveTimeout) and (e.rank, e.peer, e.step, e.channel, e.cause) == (3, 2, 2, 1, "timeout")
     s = str(e)
     assert "rank 3 timed out after 2.500 s" in s and "reduce-scatter half, step 2 of 7" in s
     assert "waiting for rank 2: its data (ready counter) stayed at 40, wanted 41" in s and "round 5, channel 1" in s
+    assert "chain" not in s
 
 
 def test_an_aborted_record_names_who_gave_up_first():
@@ -137,7 +138,9 @@ def test_an_aborted_record_names_who_gave_up_first():
     e = record.decode(_err(rank=0, step=5, coll=2, kind=layout.WAIT_DATA, cause=layout.ABORTED, peer=3, abort=word), 4)
     assert e.cause == "aborted" and e.origin == (2, 1)
     assert "rank 0 left at all-gather half, step 5 of 7" in str(e)
-    assert "because rank 2 timed out waiting for rank 1 (a free slot (freed counter))" in str(e)
+    assert "because rank 2 timed out, blaming rank 1 (it waited for a free slot (freed counter))" in str(e)
+    c = record.decode(_err(rank=4, step=1, coll=0, kind=layout.WAIT_DATA, cause=layout.TIMEOUT, peer=3, blamed=2), 5)
+    assert c.blamed == 2 and "rank 3 was itself waiting, and the chain of waiting ranks ends at rank 2" in str(c)
     h = record.decode(_err(rank=1, coll=7, step=2, kind=layout.WAIT_ARRIVE, cause=layout.HOST_ABORT, peer=0, abort=1), 2)
     assert h.cause == "host abort" and "two-shot all-reduce, barrier 2" in str(h) and "the host aborted" in str(h)
     assert record.decode(layout.Err(), 4) is None

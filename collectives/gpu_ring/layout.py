@@ -35,11 +35,13 @@ class Head(C.Structure):
 
 class Chan(C.Structure):
     _fields_ = [("ready", U64), ("pad0", U64 * 15), ("freed", U64), ("pad1", U64 * 15), ("credit", U64),
-                ("pad2", U64 * 15), ("sent", U64), ("recvd", U64), ("calls", U64), ("pad3", U64 * 13)]
+                ("pad2", U64 * 15), ("sent", U64), ("recvd", U64), ("calls", U64), ("waiting", U64),
+                ("pad3", U64 * 12)]
 
 
 class Small(C.Structure):
-    _fields_ = [("arrive", U64 * MAX_RANKS), ("pad0", U64 * 8), ("bars", U64), ("calls", U64), ("pad1", U64 * 14)]
+    _fields_ = [("arrive", U64 * MAX_RANKS), ("pad0", U64 * 8), ("bars", U64), ("calls", U64), ("waiting", U64),
+                ("pad1", U64 * 13)]
 
 
 class Ws(C.Structure):
@@ -48,7 +50,7 @@ class Ws(C.Structure):
 
 class Err(C.Structure):
     _fields_ = [("valid", U64), ("rank", I32), ("channel", I32), ("step", I32), ("coll", I32), ("round", I64),
-                ("kind", I32), ("cause", I32), ("peer", I32), ("pad", I32),
+                ("kind", I32), ("cause", I32), ("peer", I32), ("blamed", I32),
                 ("wanted", U64), ("seen", U64), ("abort", U64), ("waited_ns", U64)]
 
 

@@ -4,8 +4,11 @@ When a wait on the device passes its deadline, the first block of that rank to g
 writes an RzErr (layout.Err) into pinned host memory and sets the abort words of its
 neighbours (the small kernels: of every peer); their waiting blocks then leave and
 write their own records, cause "aborted", carrying the abort word: who gave up first
-(origin), whom it waited for, and for what. :func:`decode` turns one record into the
-exception the host raises; :func:`abort_origin` unpacks the word.
+(origin), whom it blames, and what it waited for. The blame follows the chain of ranks
+that are themselves stuck waiting (each lead thread publishes whom it waits for), so a
+missing rank is named even when a rank further down the ring's deadline passed first.
+:func:`decode` turns one record into the exception the host raises; :func:`abort_origin`
+unpacks the word.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ WAITED = {layout.WAIT_DATA: "its data (ready counter)", layout.WAIT_SLOT: "a fre
 
 
 def abort_origin(word: int) -> tuple[int, int, int] | None:
-    """(origin rank, the peer it waited for, what it waited for) from an abort word; None if 0."""
+    """(origin rank, the rank it blames, what it waited for) from an abort word; None if 0."""
     if not word:
         return None
     return (word & 0xFFFF) - 1, ((word >> 16) & 0xFFFF) - 1, (word >> 32) & 0xFF
@@ -42,8 +45,9 @@ def decode(err: layout.Err, world: int) -> CollectiveTimeout | None:
       err: a rank's error record.
       world: ranks in the ring (for the step's wording).
 
-    The exception carries ``rank``, ``peer``, ``step``, ``channel``, ``cause``
-    ("timeout", "aborted" or "host abort") and ``origin`` (rank, peer) of the first failure.
+    The exception carries ``rank``, ``peer`` (whom it waited for), ``step``, ``channel``,
+    ``cause`` ("timeout", "aborted" or "host abort"), ``blamed`` (where the chain of
+    waiting ranks ends) and ``origin`` (first rank to give up, the rank it blamed).
     """
     if not err.valid:
         return None
@@ -53,15 +57,17 @@ def decode(err: layout.Err, world: int) -> CollectiveTimeout | None:
     if err.cause == layout.TIMEOUT:
         text = (f"gpu ring: rank {err.rank} timed out after {err.waited_ns / 1e9:.3f} s at {where} waiting for "
                 f"rank {err.peer}: {waited} stayed at {err.seen}, wanted {err.wanted}")
+        if err.blamed >= 0 and err.blamed != err.peer:
+            text += f"; rank {err.peer} was itself waiting, and the chain of waiting ranks ends at rank {err.blamed}"
     else:
         why = "the host aborted" if err.cause == layout.HOST_ABORT else "the ring was aborted"
         if origin is not None and err.cause != layout.HOST_ABORT:
-            why += (f" because rank {origin[0]} timed out waiting for rank {origin[1]} "
-                    f"({WAITED.get(origin[2], origin[2])})")
+            why += (f" because rank {origin[0]} timed out, blaming rank {origin[1]} "
+                    f"(it waited for {WAITED.get(origin[2], origin[2])})")
         peer = f" waiting for rank {err.peer} ({waited})" if err.peer >= 0 else ""
         text = f"gpu ring: rank {err.rank} left at {where}{peer}: {why}"
     exc = CollectiveTimeout(text + "; the workspaces were reset")
-    exc.rank, exc.peer, exc.step, exc.channel = err.rank, err.peer, err.step, err.channel
+    exc.rank, exc.peer, exc.step, exc.channel, exc.blamed = err.rank, err.peer, err.step, err.channel, err.blamed
     exc.cause = {layout.TIMEOUT: "timeout", layout.ABORTED: "aborted", layout.HOST_ABORT: "host abort"}.get(err.cause, "?")
     exc.origin = None if origin is None else origin[:2]
     return exc

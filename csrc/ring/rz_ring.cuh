@@ -9,7 +9,8 @@
 //   RzChan[channel]   ready  (the left neighbour writes: messages it put in my slots)
 //                     freed  (the right neighbour writes: my messages it has consumed)
 //                     credit (the right neighbour writes: calls it has entered; direct mode)
-//                     sent, recvd, calls: my own state, carried from call to call
+//                     sent, recvd, calls: my own state, carried from call to call;
+//                     waiting: whom my lead thread is stuck on (others read it, see rz_fail)
 //   RzSmall[block]    arrive[p] (peer p writes: barriers it has reached), my own state
 //   slots             at slots_off: [channel][slot] of slot_stride bytes, the receive FIFOs
 //   stage             at stage_off: [2][stage_bytes] inputs, [2][stage_bytes] results (small kernels)
@@ -52,13 +53,15 @@ struct RzChan {
     u64 credit;
     u64 pad2[15];
     u64 sent, recvd, calls;
-    u64 pad3[13];
+    u64 waiting;  // peer + 1 while this channel's lead thread is stuck waiting for it (diagnostics)
+    u64 pad3[12];
 };
 struct RzSmall {
     u64 arrive[RZ_MAX_RANKS];
     u64 pad0[8];
     u64 bars, calls;
-    u64 pad1[14];
+    u64 waiting;  // peer + 1 while this block waits for it at the barrier (diagnostics)
+    u64 pad1[13];
 };
 struct RzWs {
     RzHead head;
@@ -71,7 +74,7 @@ struct RzErr {
     u64 valid;
     int rank, channel, step, coll;
     i64 round;
-    int kind, cause, peer, pad;
+    int kind, cause, peer, blamed;  // blamed: where the chain of waiting ranks ends (rz_fail)
     u64 wanted, seen, abort, waited_ns;
 };
 
@@ -121,6 +124,9 @@ __device__ __forceinline__ u64 rz_ld_relaxed(const u64* p) {
 __device__ __forceinline__ void rz_st_release(u64* p, u64 v) {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "l"(v) : "memory");
 }
+__device__ __forceinline__ void rz_st_relaxed(u64* p, u64 v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "l"(v) : "memory");
+}
 __device__ __forceinline__ u64 rz_cas(u64* p, u64 cmp, u64 val) {
     return atomicCAS_system((unsigned long long*)p, cmp, val);
 }
@@ -136,7 +142,8 @@ __device__ __forceinline__ void rz_pause() {}
 #define RZ_TRACE_MOVE(rank, ch, round, step, seg, g0, nbytes, a, b, d0, d1) ((void)0)
 #endif
 
-// The abort word: who gave up (origin), whom it waited for (peer) and for what (kind).
+// The abort word: who gave up first (origin), whom it blames (the end of the chain of waiting
+// ranks from the one it waited for, see rz_blame) and what it waited for (kind).
 __device__ __forceinline__ u64 rz_abort_word(int origin, int peer, int kind) {
     return (u64)(origin + 1) | ((u64)(peer + 1) << 16) | ((u64)kind << 32);
 }
@@ -144,29 +151,53 @@ __device__ __forceinline__ u64 rz_abort_word(int origin, int peer, int kind) {
 struct RzWhere {  // where a block is, for the error record
     const RzLaunch* L;
     const RzRank* a;
-    int ch, step, coll;
+    int ch, step, coll;  // coll >= 4: a small kernel (its blocks' state is RzSmall)
     i64 round;
+    __device__ __forceinline__ u64* waiting() const {
+        return coll >= 4 ? &a->ws->small[ch].waiting : &a->ws->chan[ch].waiting;
+    }
     // packed for rz_fail, so that nothing of it has to live in local memory
     __device__ __forceinline__ u64 pos() const {
         return (u64)(ch & 0xff) | ((u64)(step & 0xffff) << 8) | ((u64)(coll & 0xff) << 24) | ((u64)round << 32);
     }
 };
 
+// Who is to blame when rank ``me`` gave up on ``peer``: follow the ranks that are themselves
+// stuck waiting (their ``waiting`` words) until one is not; a dead or absent rank never is.
+__device__ __forceinline__ int rz_blame(const RzLaunch* L, const RzRank* a, int ch, bool small, int peer) {
+    int cur = peer;
+    for (int hop = 0; hop < L->nranks && cur >= 0 && a->peer[cur] != nullptr; ++hop) {
+        RzWs* p = a->peer[cur];
+        const u64 w = rz_ld_relaxed(small ? &p->small[ch].waiting : &p->chan[ch].waiting);
+        if (w == 0 || (int)w - 1 == a->rank) break;  // not waiting, or waiting for us: the chain ends
+        cur = (int)w - 1;
+    }
+    return cur;
+}
+
 // Record the failure (the first block of this rank only), then make every block of the ring
 // leave: this rank's abort word, the neighbours', and with ``all`` every peer's.
 __device__ __noinline__ bool rz_fail(const RzLaunch* L, const RzRank* a, u64 pos, int kind, int cause, int peer,
                                      u64 want, u64 seen, u64 word, u64 waited, bool all) {
-    if (cause == RZ_TIMEOUT) word = rz_abort_word(a->rank, peer, kind);
+    const int ch = (int)(pos & 0xff), coll = (int)((pos >> 24) & 0xff);
+    int blamed = -1;
+    if (cause == RZ_TIMEOUT) {
+        blamed = rz_blame(L, a, ch, coll >= 4, peer);
+        word = rz_abort_word(a->rank, blamed, kind);
+    } else if (word) {
+        blamed = (int)((word >> 16) & 0xffff) - 1;
+    }
     if (rz_cas(&a->ws->head.claim, 0, 1) == 0) {
         RzErr* e = a->err;
         e->rank = a->rank;
-        e->channel = (int)(pos & 0xff);
+        e->channel = ch;
         e->step = (int)((pos >> 8) & 0xffff);
-        e->coll = (int)((pos >> 24) & 0xff);
+        e->coll = coll;
         e->round = (i64)(pos >> 32);
         e->kind = kind;
         e->cause = cause;
         e->peer = peer;
+        e->blamed = blamed;
         e->wanted = want;
         e->seen = seen;
         e->abort = word;
@@ -186,6 +217,7 @@ __device__ __forceinline__ bool rz_wait(const u64* word, u64 want, const RzWhere
     u64 seen = rz_ld_acquire(word);
     if (seen >= want) return false;
     const u64 t0 = rz_globaltimer();
+    rz_st_relaxed(w.waiting(), (u64)(peer + 1));  // (the slow path only: for rz_blame)
     for (;;) {
         const u64 ab = rz_ld_relaxed(&w.a->ws->head.abort), host = rz_ld_relaxed(w.a->host_abort);
         const u64 waited = rz_globaltimer() - t0;
@@ -194,7 +226,10 @@ __device__ __forceinline__ bool rz_wait(const u64* word, u64 want, const RzWhere
         if (waited > w.L->timeout_ns) return rz_fail(w.L, w.a, w.pos(), kind, RZ_TIMEOUT, peer, want, seen, 0, waited, all);
         rz_pause();
         seen = rz_ld_acquire(word);
-        if (seen >= want) return false;
+        if (seen >= want) {
+            rz_st_relaxed(w.waiting(), 0);
+            return false;
+        }
     }
 }
 
