@@ -10,7 +10,6 @@ protocols caught.
 """
 from __future__ import annotations
 
-import ctypes
 import re
 import shutil
 import subprocess

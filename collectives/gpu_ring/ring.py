@@ -172,10 +172,12 @@ class Ring:
             return
         for r in self.ranks:
             self.own[r].reset()
-        first = min(errors, key=lambda e: (e.cause != "timeout", e.rank))
-        if len(errors) > 1:
-            first = CollectiveTimeout("; ".join(str(e) for e in sorted(errors, key=lambda e: e.rank)))
-            first.rank, first.peer, first.cause = errors[0].rank, errors[0].peer, errors[0].cause
+        lead = min(errors, key=lambda e: (e.cause != "timeout", e.rank))
+        first = lead
+        if len(errors) > 1:  # the one that timed out first, then every other rank's record
+            first = CollectiveTimeout("; ".join([str(lead)] + [str(e) for e in errors if e is not lead]))
+            for k in ("rank", "peer", "step", "channel", "cause", "blamed", "origin"):
+                setattr(first, k, getattr(lead, k))
         first.records = errors
         if self._barrier is not None:  # peers' kernels may still touch our workspace: recover() before reuse
             self.broken = first

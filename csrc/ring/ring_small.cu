@@ -13,10 +13,11 @@
 // memory, never reset. Inputs and results are staged in two areas used in turn (the call's
 // parity), so a rank may stage call e+1 while a slow peer still reads call e: a peer that
 // reached call e+1's barrier has finished reading call e-1's area. No exit barrier.
-// Bytes per rank, S = the buffer: one-shot all-reduce reads (n+1)S, writes 2S; two-shot
-// reads S + S + (n-1)S/n ... (stage, fold n segments of S/n, copy n-1), writes S + 2S/n + S.
-// Napkin: these are latency kernels: 4-64 KiB should take a launch plus a few microseconds
-// of barrier (unmeasured; collectives/gpu_ring/tuning.py holds the unmeasured crossovers).
+// Bytes per rank, S = the buffer, u = its segment (even split): one-shot all-reduce reads
+// (n+1)S and writes 2S; two-shot reads S + n u + (S - u) and writes S + 2u + (S - u)
+// (plan.traffic states every kind; explain.py checks it against the host build's moves).
+// Napkin: latency kernels: 4-64 KiB should cost a launch plus a few microseconds of barrier
+// (unmeasured; collectives/gpu_ring/tuning.py holds the crossovers, unmeasured too).
 #include "rz_move.cuh"
 
 #define RZ_ONESHOT_AR 0
