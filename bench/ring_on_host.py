@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+if str(HERE) not in sys.path:  # (imported from elsewhere: ring_host beside it; after the repository root)
+    sys.path.append(str(HERE))
 from ring_host import HostBackend, HostBuffer, build, tsan_preload  # noqa: E402
 
 from collectives.dtypes import DTYPES  # noqa: E402
