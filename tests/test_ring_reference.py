@@ -25,6 +25,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent / "bench"))
 from ring_on_host import operand  # noqa: E402
 
 OPS = ("sum", "prod", "max", "min")
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf and NaN in the inputs are meant
 
 
 def _ring(n, fn):
