@@ -3,21 +3,24 @@ ship inside the package, as collectives/kernels/csrc/, where launch.CSRC finds
 them through importlib.resources once installed."""
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 
 
 class BuildPyWithCsrc(build_py):
-    """build_py that also copies csrc/*.cu and *.cuh into collectives/kernels/csrc/."""
+    """build_py that also copies csrc/*.cu and *.cuh into collectives/kernels/csrc/, and the
+    GPU kernel ring's csrc/ring/ into collectives/gpu_ring/kernels/ (gpu_ring/source.py finds
+    them there, and rz_common.cuh in the first folder)."""
 
     def run(self):
         super().run()
-        dest = Path(self.build_lib) / "collectives" / "kernels" / "csrc"
-        dest.mkdir(parents=True, exist_ok=True)
-        for src in sorted(CSRC.glob("*.cu*")):
-            self.copy_file(str(src), str(dest / src.name))
+        for sub, dest in (("", ("collectives", "kernels", "csrc")), ("ring", ("collectives", "gpu_ring", "kernels"))):
+            to = Path(self.build_lib).joinpath(*dest)
+            to.mkdir(parents=True, exist_ok=True)
+            for src in sorted((CSRC / sub).glob("*.cu*")):
+                self.copy_file(str(src), str(to / src.name))
 
 
 # The cupy wheel must match the CUDA major of the machine's driver (a cupy-cuda12x
@@ -33,9 +36,7 @@ setup(
     name="ringzero",
     version="0.1.0",
     description="Ring collectives over MPI (CPU and CUDA) and a ZeRO sharding layer",
-    packages=["collectives", "collectives.baselines", "collectives.bootstrap", "collectives.roads", "collectives.tuning", "collectives.fast", "collectives.host", "collectives.kernels", "collectives.safety",
-              "collectives.symmetric", "collectives.teach", "collectives.torch_backend", "collectives.transport",
-              "collectives.transport.device", "sharding"],
+    packages=find_packages(include=["collectives", "collectives.*", "sharding", "sharding.*"]),
     cmdclass={"build_py": BuildPyWithCsrc},
     # the direct roads' repeated calls and the pipe in C (collectives/fast, csrc/fastpath.c); optional:
     # without a C compiler the same steps run in Python

@@ -33,10 +33,18 @@
 #                      the daemon is stopped after it. Not in the default list: --only ...,mps
 #   zero        35 s   ZeRO training (stages 0-3, SGD and AdamW) on the GPU against the same on CPU
 #                      (through IPC, the default on one node; staged for the rest if IPC fails)
+#   kring      200 s   the GPU kernel ring (csrc/ring, collectives/gpu_ring; about 2-3 minutes, unmeasured):
+#                      bench/gpu_ring.py: N = 2, 4, 8 virtual ranks on the one GPU, 4 KiB-256 MiB, f32 and
+#                      bf16, bit for bit vs the host ring's order, busbw and efficiency vs a 1 GiB D2D copy
+#                      (minimal and actual bytes), 4-64 KiB all-reduce latency per call and kernel; then
+#                      bench/gpu_ring_pair.py: two processes without MPS (the handshake probe must refuse)
+#                      and under an MPS daemon this step starts and stops (both must accept, exact).
+#                      Not in the default list: --only kring (or --only all,kring)
 #
 # Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout
 # and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/DATE-gpu-TIME/:
 #   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json  ring-mps.json (mps step)
+#   gpu-ring.json (kring step)
 # Exit status: 0 when every check passed, 1 when one failed, 2 when the GPU stack is missing.
 TOTAL_S=${TOTAL_S:-330}
 # (the timeouts are the numbers in the run_step lines below; prereq's waits are 15 s per
@@ -49,9 +57,9 @@ case "${1:-}" in
     "") ;;
     *) echo "usage: bash bench/gpu_check.sh [--only STEP,STEP,...]" >&2; exit 2;;
 esac
-want() {  # want STEP: the step is in --only's list ("all": every default step); mps only when named
+want() {  # want STEP: the step is in --only's list ("all": every default step); mps, kring only when named
     [[ "$ONLY" == *",$1,"* ]] && return 0
-    [ "$1" != mps ] && { [ -z "$ONLY" ] || [[ "$ONLY" == *",all,"* ]]; }
+    [ "$1" != mps ] && [ "$1" != kring ] && { [ -z "$ONLY" ] || [[ "$ONLY" == *",all,"* ]]; }
 }
 cd "$(dirname "$0")/.." || exit 2
 REPO=$PWD
@@ -248,6 +256,25 @@ step_mps() {  # the IPC ring bench under CUDA MPS (kernels of both ranks share t
     tail -5 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null
     return "$s"
 }
+step_kring() {  # the GPU kernel ring: virtual ranks on this GPU, then two processes without and with MPS
+    local s=0 out="$RZ_GPU_CHECK_OUT/gpu-ring.json"
+    "$PY" bench/gpu_ring.py --ranks 2,4,8 -b 4K -e 256M -f 4 --dtypes float32,bfloat16 --copy-bytes 1G \
+        --latency 4K,16K,64K --json "$out" || s=1
+    # no MPS daemon yet: claim MPS anyway, so that the handshake probe itself has to refuse (time-slicing)
+    "$PY" bench/gpu_ring_pair.py --mps yes --expect refused --bytes 64M --json "$out" || s=1
+    if ! command -v nvidia-cuda-mps-control >/dev/null; then
+        echo "INFO kring: nvidia-cuda-mps-control not found: the two processes under MPS are not run"; return "$s"
+    fi
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/rz-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rz-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if ! timeout 10 nvidia-cuda-mps-control -d; then
+        echo "INFO kring: the MPS daemon did not start (not root, or the GPU in exclusive mode?): not run"; return "$s"
+    fi
+    "$PY" bench/gpu_ring_pair.py --mps auto --expect ok --bytes 64M --json "$out" || s=1
+    echo quit | timeout 10 nvidia-cuda-mps-control
+    tail -3 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null
+    return "$s"
+}
 step_torch() {
     mpirun -n 2 "$PY" tests/mpi/torch_cuda_check.py
     local s=$?
@@ -255,7 +282,7 @@ step_torch() {
     else echo "FAIL torch: tests/mpi/torch_cuda_check.py exit status $s"; fi
     return "$s"
 }
-export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch step_mps
+export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch step_mps step_kring
 export PATH PYTHONPATH
 
 want kernels && run_step kernels 60 step_kernels
@@ -275,5 +302,6 @@ if [ "$MPI_OK" = 1 ]; then
 else
     result FAIL "ring, zero, torch, mps: not run, no working MPI"
 fi
+want kring && run_step kring 200 step_kring  # needs no MPI: its two processes meet through files
 
 finish "$FAILED"
