@@ -96,14 +96,18 @@ def route(comm, kind: str, xa, oa, args: tuple, in_place: bool):
     direct = sym is not None and (sym.takes(xa.host) if xa is not None and not xa.device
                                   else xa is None and sym.enabled)
     nbytes, piece = _sizes(kind, xa, oa, args, comm.size)
+    kring = xa is not None and xa.device and comm.kernel_ring_serves(kind, xa.dtype, args[0] if kind in (
+        "all_reduce", "reduce_scatter") else None, nbytes)
     if kind == "all_reduce" and args[0] == "avg" and is_floating(xa.dtype):
         in_place = True  # floating avg scales x into out first (_avg), then reduces out in place
     f = Facts(kind, nbytes, piece, None if xa is None else xa.dtype, args[0] if kind in ("all_reduce",
               "reduce_scatter") else None, comm.size, 1 if sym is None or sym.single_node else
-              comm.size // sym.node.size, comm.algorithm, xa is not None and xa.device, direct, in_place)
+              comm.size // sym.node.size, comm.algorithm, xa is not None and xa.device, kring, direct, in_place)
     road = roads.choose(f, comm.tuning, comm.forced.get(kind)).road
     if road in roads.DIRECT_ROADS or road is Road.HIER:
         return road, *_direct(sym, kind, xa, oa, args)
+    if road is Road.CUDA_RING:
+        return road, _kernel_ring, (kind,) + args
     return road, HOST[kind], (road,) + args
 
 
@@ -215,6 +219,26 @@ def _broadcast(comm, ctx, hdr, xa, oa, in_place, road, root):
 
 def _barrier(comm, ctx, hdr, xa, oa, in_place, road):
     agree(ctx, hdr)
+
+
+def _kernel_ring(comm, ctx, hdr, xa, oa, in_place, kind, *args):
+    """The cuda-ring road: the header agreed on the host, then one launch (collectives/gpu_ring)."""
+    _agree(comm, ctx, hdr)
+    x, out = xa.flat, oa.flat
+    n = comm.size
+    if kind == "all_gather":
+        op, counts = None, list(args[0])
+    else:
+        op = args[0]
+        counts = split_counts(x.size, n, max(1, 64 // x.dtype.itemsize)) if kind == "all_reduce" else list(args[1])
+        if in_place:
+            x = out
+        op, x, post = _avg(comm, ctx, op, x, out if kind == "all_reduce" else ctx.scratch("prescale", x.size,
+                                                                                          x.dtype))
+    ctx.kernels.xp.cuda.Device().synchronize()  # the caller's work on any stream before the launch
+    comm.kernel_ring().run(kind, [x.data.ptr], [out.data.ptr], counts, x.dtype, op)
+    if kind != "all_gather" and post:
+        ctx.kernels.scale(out, n)
 
 
 def _agree(comm, ctx, hdr):

@@ -19,6 +19,7 @@ class Resources:
         self.scratch: dict = {}
         self.host_scratch = self.scratch_for(NUMPY_KERNELS)
         self._device = None
+        self._kring = None  # the GPU kernel ring: made on the first device call that may take it
 
     def scratch_for(self, kernels):
         """scratch(name, n, dtype, host=False): reusable buffers where ``kernels`` computes
@@ -41,6 +42,34 @@ class Resources:
             from .transport.device import make_device_transport
             self._device = make_device_transport(self.transport, bootstrap=self.bootstrap)
         return self._device
+
+    def kernel_ring_serves(self, kind: str, dtype, op, nbytes: int) -> bool:
+        """Whether the GPU kernel ring (collectives/gpu_ring) takes this device call: the tuning's
+        cuda_ring on (or the road forced), the ring connected, the kernels covering the call."""
+        if not (self.tuning.cuda_ring or self.forced.get(kind) is roads.Road.CUDA_RING):
+            return False
+        if self.bootstrap is None or self.kernel_ring() is None:
+            return False
+        from .gpu_ring.road import can_serve
+        return can_serve(kind, dtype, "sum" if op == "avg" else op, nbytes, self.size).ok
+
+    def kernel_ring(self):
+        """The GPU kernel ring of this process's rank, connected once over the bootstrap (a
+        collective call: every rank makes it at its first device call), or None where it cannot
+        run (no cupy or GPU; ranks sharing a GPU without MPS): every rank learns every verdict."""
+        if self._kring is None:
+            try:
+                import cupy
+
+                from .gpu_ring.backend import CupyBackend
+                from .gpu_ring.ring import Ring
+                backend = CupyBackend(cupy, cupy.cuda.Device().id)
+                ring = Ring.connect(backend, self.rank, self.size, self.bootstrap.allgather, timeout_s=self.timeout)
+                self._kring = ring if ring.residency.ok else False
+            except (ImportError, RuntimeError, OSError) as e:
+                self._kring = False
+                self.kernel_ring_error = e
+        return self._kring or None
 
     def _baseline(self, algorithm: str):
         """Other libraries' collectives (collectives/baselines), made only when asked for."""

@@ -2,25 +2,17 @@
 
 Pure arithmetic, so every world size up to 16 is checked: the kernel's step t sends what
 the host ring sends at its step t and receives what the host ring receives at step t-1
-(collectives/schedule.py); channel parts tile every segment; the traffic formulas have
+(collectives/host/schedule.py); channel parts tile every segment; the traffic formulas have
 the closed forms ring.cu's header states.
 """
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 from collectives.gpu_ring import plan
-
-try:  # the host ring's own schedule (its module may move while the package is reorganised)
-    schedule = importlib.import_module("collectives.schedule")
-except ImportError:  # pragma: no cover
-    schedule = None
-needs_schedule = pytest.mark.skipif(schedule is None, reason="collectives.schedule moved: compare by hand")
+from collectives.host import schedule
 
 
-@needs_schedule
 @pytest.mark.parametrize("world", range(2, 17))
 def test_every_step_is_the_host_rings(world):
     for r in range(world):
@@ -39,7 +31,6 @@ def test_every_step_is_the_host_rings(world):
         assert sum(s.final for s in ar) == 1 and not ar[0].recv and not ar[-1].send
 
 
-@needs_schedule
 @pytest.mark.parametrize("n,world,granule", [(0, 3, 16), (1, 4, 8), (100, 7, 16), (1000, 8, 4), (4097, 5, 32), (15, 16, 1)])
 def test_split_counts_is_the_host_rings(n, world, granule):
     assert plan.split_counts(n, world, granule) == schedule.split_counts(n, world, granule)

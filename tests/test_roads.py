@@ -34,6 +34,8 @@ def test_host_roads():
     assert road(collective="broadcast", nbytes=8, piece=8, world=3) is Road.RING  # never small
     assert road(collective="barrier", world=5) is Road.SMALL
     assert road(collective="all_reduce", nbytes=MiB, world=2, device=True) is Road.DEVICE_RING
+    assert road(collective="all_reduce", nbytes=MiB, world=2, device=True, kernel_ring=True) is Road.CUDA_RING
+    assert road(collective="all_reduce", nbytes=KiB, world=2, device=True, kernel_ring=True) is Road.SMALL
     assert road(collective="all_reduce", nbytes=MiB, world=2, algorithm="mpi") is Road.MPI
 
 
@@ -68,6 +70,9 @@ def test_direct_roads_wait_for_the_header_post():
     (Road.MPI, dict(collective="all_reduce", nbytes=8, world=2), "algorithm='mpi'"),
     (Road.PUSH, dict(collective="all_reduce", nbytes=8, world=2, direct=True, staged=False, pushable=False),
      "out is in the heap"),
+    (Road.CUDA_RING, dict(collective="all_reduce", nbytes=8, world=2), "host arrays"),
+    (Road.CUDA_RING, dict(collective="all_reduce", nbytes=8, world=2, device=True), "no GPU kernel ring"),
+    (Road.CUDA_RING, dict(collective="broadcast", nbytes=8, world=2, device=True), "not broadcast"),
 ])
 def test_a_forced_road_that_cannot_serve_says_why(forced, facts, why):
     with pytest.raises(RoadError, match=why):
@@ -90,7 +95,7 @@ def test_python_m_collectives_roads_prints_every_road_with_where_it_was_measured
     assert p.returncode == 0, p.stderr
     for row in ROWS:
         assert f"\n{row.road.value}: " in "\n" + p.stdout, row.road
-    assert p.stdout.count("measured ") >= sum(len(r.settings) for r in ROWS)
+    assert p.stdout.count("; where: ") >= sum(len(r.settings) for r in ROWS)
     assert "bench/results/" in p.stdout
 
 

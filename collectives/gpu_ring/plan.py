@@ -4,7 +4,7 @@ csrc/ring/ring.cu runs, per channel, rounds of steps; this module states the sam
 arithmetic so the host can size launches, explain.py can say what each block did, and
 tests can check the kernels' traffic against formulas:
 
-- step t of rank r (:func:`step`) is the host ring's (collectives/schedule.py):
+- step t of rank r (:func:`step`) is the host ring's (collectives/host/schedule.py):
   reduce-scatter sends segment r-t-1 and reduces what it receives, op(mine, incoming);
   the all-gather forwards segment r-t; the all-reduce runs 2n-1 steps, the two in one.
 - channel c of nch takes part c of every segment (:func:`part`, whole 16-byte granules);

@@ -1,4 +1,4 @@
-"""Crossovers and sizes of the GPU kernel road, in one place.
+"""Crossovers and sizes of the GPU kernel road, from the tuning table (collectives/tuning).
 
 UNMEASURED DEFAULTS. None of these numbers has been measured: no GPU has run these
 kernels yet. They are guesses from the shape of the algorithms (one-shot reads n
@@ -9,19 +9,18 @@ The road table should quote where each number was measured once it has been.
 """
 from __future__ import annotations
 
-# all-reduce: one-shot up to this many bytes per rank, two-shot up to the next, then the ring
-ONESHOT_MAX_BYTES = 64 << 10
-TWOSHOT_MAX_BYTES = 512 << 10
-# reduce-scatter and all-gather: the one-shot kernels up to this many bytes of the full buffer
-SMALL_MAX_BYTES = 64 << 10
+from ..tuning import defaults
 
-# the ring's geometry: per channel SLOTS receive slots of SLOT_BYTES (one step takes one)
-SLOTS = 8
-SLOT_BYTES = 128 << 10
-MAX_CHANNELS = 16                 # channels a workspace is built for
-CHANNEL_MIN_BYTES = 1 << 20       # a channel per this many bytes of a rank's buffer, at least one
-SMALL_BLOCK_BYTES = 32 << 10      # one-/two-shot: a block per this many bytes, up to MAX_CHANNELS
-STAGE_BYTES = TWOSHOT_MAX_BYTES   # each of the four staging areas of the small kernels
+_t = defaults()  # the tuning table's rows (collectives/tuning): the one place they are written
+ONESHOT_MAX_BYTES = _t.cuda_oneshot_max_bytes  # all-reduce: one-shot up to this, two-shot up to the next, the ring
+TWOSHOT_MAX_BYTES = _t.cuda_twoshot_max_bytes
+SMALL_MAX_BYTES = _t.cuda_small_max_bytes  # reduce-scatter and all-gather: one-shot up to this of the full buffer
+SLOTS = _t.cuda_slots  # the ring's geometry: per channel SLOTS receive slots of SLOT_BYTES (a step takes one)
+SLOT_BYTES = _t.cuda_slot_bytes
+MAX_CHANNELS = _t.cuda_max_channels  # channels a workspace is built for
+CHANNEL_MIN_BYTES = _t.cuda_channel_min_bytes  # a channel per this many bytes of a rank's buffer, at least one
+SMALL_BLOCK_BYTES = _t.cuda_small_block_bytes  # one-/two-shot: a block per this many bytes, up to MAX_CHANNELS
+STAGE_BYTES = TWOSHOT_MAX_BYTES  # each of the four staging areas of the small kernels
 
 TIMEOUT_S = 30.0                  # every spin's deadline on the device
 PROBE_DEADLINE_S = 0.1            # the two-process handshake: all its rounds within this

@@ -18,6 +18,7 @@ from ..dtypes import DATA_COLLECTIVES
 
 CPU2 = "2 ranks on the 2-core x86 development machine"
 TUNE_FILE = "bench/results/2026-12-01-cpu2-tune/tune-n2.json"
+UNMEASURED = "unmeasured: a guess from the algorithm's shape and NCCL's choices, for bench/gpu_ring.py to measure"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,23 @@ SETTINGS = (
     Setting("device_chunk_bytes", 16 * MiB, None, "the ring's chunk for device buffers (chunk_bytes left at default)",
             "one H200, 2 ranks: 64 MiB all-reduce 8967 us at 1 MiB chunks, 1123 us at 16 MiB; "
             "bench/results/2026-11-30-h200-run1/"),
+    # the GPU kernel ring (collectives/gpu_ring): no GPU has run these kernels yet
+    Setting("cuda_ring", 0, "COLLECTIVES_CUDA_RING",
+            "device arrays take the GPU kernel ring where it can serve them (1), else the device ring",
+            "off until a GPU run verifies the kernels on hardware (bench/gpu_check.sh --only kring)"),
+    Setting("cuda_oneshot_max_bytes", 64 * KiB, None, "GPU all-reduces up to this size: the one-shot kernel",
+            UNMEASURED),
+    Setting("cuda_twoshot_max_bytes", 512 * KiB, None, "GPU all-reduces up to this size: the two-shot kernel",
+            UNMEASURED),
+    Setting("cuda_small_max_bytes", 64 * KiB, None, "GPU reduce-scatters and all-gathers up to this: one-shot",
+            UNMEASURED),
+    Setting("cuda_slots", 8, None, "the kernel ring's receive slots per channel", UNMEASURED),
+    Setting("cuda_slot_bytes", 128 * KiB, None, "one receive slot (one step of one channel)", UNMEASURED),
+    Setting("cuda_max_channels", 16, None, "channels (thread blocks) a workspace is built for", UNMEASURED),
+    Setting("cuda_channel_min_bytes", 1 * MiB, None, "a channel per this many bytes of a rank's buffer",
+            UNMEASURED),
+    Setting("cuda_small_block_bytes", 32 * KiB, None, "one-/two-shot kernels: a block per this many bytes",
+            UNMEASURED),
     # the symmetric heap and the direct roads
     Setting("stage", "auto", "COLLECTIVES_STAGE",
             "ordinary host arrays copied into the heap: 0 never, 1 at every size on any node, auto below stage_max_*",
