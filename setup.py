@@ -16,10 +16,11 @@ class BuildPyWithCsrc(build_py):
 
     def run(self):
         super().run()
-        for sub, dest in (("", ("collectives", "kernels", "csrc")), ("ring", ("collectives", "gpu_ring", "kernels"))):
+        for sub, dest, kinds in (("", ("collectives", "kernels", "csrc"), (".cu", ".cuh")),
+                                 ("ring", ("collectives", "gpu_ring", "kernels"), (".cu", ".cuh", ".h"))):
             to = Path(self.build_lib).joinpath(*dest)
             to.mkdir(parents=True, exist_ok=True)
-            for src in sorted((CSRC / sub).glob("*.cu*")):
+            for src in sorted(p for p in (CSRC / sub).iterdir() if p.suffix in kinds):
                 self.copy_file(str(src), str(to / src.name))
 
 

@@ -21,7 +21,7 @@ two-shot, ring): the crossovers tuning.py should take. Lines: INFO per row, one
 PASS/FAIL "gpu-ring-exact"; --json writes every row.
 
 On the host stand-in for cupy (bench/cupy_on_host) the kernels run on CPU threads
-(bench/ring_host.py): the script's logic, end to end, with tiny sizes; its timings mean
+(collectives/gpu_ring/host.py): the script's logic, end to end, with tiny sizes; its timings mean
 nothing. No figure in this file's docstrings or comments has been measured.
 """
 from __future__ import annotations
@@ -54,8 +54,7 @@ def parse_size(s: str) -> int:
 def make_backend(cp):
     """The cupy backend on a GPU; on the host stand-in, the kernels' host build."""
     if getattr(cp, "__version__", "") == STAND_IN:
-        sys.path.append(str(HERE))
-        from ring_host import HostBackend
+        from collectives.gpu_ring.host import HostBackend
         return HostBackend(block=4), True
     from collectives.gpu_ring.backend import CupyBackend
     return CupyBackend(cp), False

@@ -2,7 +2,7 @@
 
     python bench/ring_on_host.py [-v] [--tsan] [--broken no-free-wait|early-post] [--missing]
 
-csrc/ring/*.cu are compiled by g++ with bench/ring_on_host.h (bench/ring_host.py), where
+csrc/ring/*.cu are compiled by g++ with csrc/ring/host_shim.h (collectives/gpu_ring/host.py), where
 every GPU thread of every block of every rank is an OS thread, __syncthreads a barrier
 per block and the counters atomics with the kernels' orders; the launches are
 collectives.gpu_ring.Ring's own (its argument packing, kernel and channel choice). Each
@@ -37,9 +37,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # (imported from elsewhere: ring_host beside it; after the repository root)
-    sys.path.append(str(HERE))
-from ring_host import HostBackend, HostBuffer, build, tsan_preload  # noqa: E402
+# the repository first: run as a script, bench/ is sys.path[0] and bench/collectives.py is not the package
+sys.path.insert(0, str(HERE.parent))
+from collectives.gpu_ring.host import HostBackend, HostBuffer, build, tsan_preload  # noqa: E402
 
 from collectives.dtypes import DTYPES  # noqa: E402
 from collectives.errors import CollectiveTimeout  # noqa: E402

@@ -287,3 +287,16 @@ def test_cli_pipe():
     p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "reduce_scatter", "--algorithm", "pipe"],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and "all-reduces and all-gathers" in p.stderr
+
+
+def test_cli_cuda_ring_runs_the_kernels_host_build():
+    """explain --algorithm cuda-ring: the GPU kernels' own source on CPU threads, which block
+    moved which slice through whose slots, byte totals against the formulas, bits the host ring's."""
+    import shutil
+    if shutil.which("g++") is None:
+        pytest.skip("the kernels' host build needs g++")
+    p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "reduce_scatter", "--algorithm",
+                        "cuda-ring", "--ranks", "3", "--count", "24"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "slot r" in p.stdout and "(equal)" in p.stdout and "bit for bit the host ring" in p.stdout

@@ -1,6 +1,6 @@
-"""The GPU ring kernels' own source on CPU threads (bench/ring_on_host.py over bench/ring_host.py).
+"""The GPU ring kernels' own source on CPU threads (bench/ring_on_host.py over collectives/gpu_ring/host.py).
 
-g++ compiles csrc/ring/*.cu with bench/ring_on_host.h: every GPU thread of every block of
+g++ compiles csrc/ring/*.cu with csrc/ring/host_shim.h: every GPU thread of every block of
 every rank an OS thread, __syncthreads a barrier per block, the counters atomics with the
 kernels' orders. Checked here: the whole matrix bit for bit against the ring's order; the
 structs' layout against collectives/gpu_ring/layout.py; counters that carry over between
@@ -43,8 +43,8 @@ def _script(*args, timeout=300):
 
 @pytest.fixture(scope="module")
 def rh():
-    import ring_host
-    return ring_host
+    from collectives.gpu_ring import host
+    return host
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ road.py (whether this road serves a call, and with which kernel), tuning.py (the
 crossovers, unmeasured), residency.py (co-residency), record.py (the error record),
 workspace.py, backend.py (cupy), ring.py (the calls), explain.py (teaching).
 It imports only collectives.errors and collectives.dtypes of the rest of the package;
-cupy only when a CupyBackend is made. bench/ring_host.py is the same Backend on CPU
+cupy only when a CupyBackend is made. collectives/gpu_ring/host.py is the same Backend on CPU
 threads (the kernels' source compiled by g++), which every test here runs on.
 """
 from .layout import Geometry

@@ -3,7 +3,7 @@
 A backend allocates device memory and pinned host-mapped memory, compiles and
 launches the kernels of csrc/ring/, makes streams, and exports and opens CUDA IPC
 handles. Two implement it: :class:`CupyBackend` here (a GPU), and the host build in
-bench/ring_host.py (every GPU thread an OS thread, for tests and dry runs). The
+collectives/gpu_ring/host.py (every GPU thread an OS thread, for tests and dry runs). The
 ring (ring.py) only talks to this interface.
 
 Launches pass the one struct argument through cuLaunchKernel's kernelParams (cupy's

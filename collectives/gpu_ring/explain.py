@@ -2,7 +2,7 @@
 
     python -m collectives.gpu_ring.explain --collective all_reduce --ranks 3 --count 24 --channels 2
 
-Runs one call through the kernels' host build (bench/ring_host.py: csrc/ring compiled by
+Runs one call through the kernels' host build (host.py: csrc/ring compiled by
 g++, every GPU thread an OS thread) and prints, per rank and block (= channel), round and
 step, which slice of which segment it moved from where to where: the input x, its own
 slots (which the left neighbour filled), the right neighbour's slots, its output, the
@@ -15,9 +15,7 @@ whether the result equals the host ring's order bit for bit. Needs a source chec
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -29,17 +27,9 @@ PHASES = {"ring": None, "oneshot": ("stage", "fold"), "twoshot": ("stage", "fold
 
 
 def host_backend(block: int = 4):
-    """The kernels' host build (bench/ring_host.py in a checkout)."""
-    path = Path(__file__).resolve().parents[2] / "bench" / "ring_host.py"
-    if not path.is_file():
-        raise RuntimeError("explaining the GPU kernel ring runs its host build: needs a source checkout "
-                           f"with bench/ring_host.py (and g++); {path} is missing")
-    spec = importlib.util.spec_from_file_location("ring_host", path)
-    mod = sys.modules.get("ring_host") or importlib.util.module_from_spec(spec)
-    if "ring_host" not in sys.modules:
-        sys.modules["ring_host"] = mod
-        spec.loader.exec_module(mod)
-    return mod.HostBackend(block=block), mod.HostBuffer
+    """The kernels' host build (host.py: g++ and CPU threads)."""
+    from . import host
+    return host.HostBackend(block=block), host.HostBuffer
 
 
 class _Names:

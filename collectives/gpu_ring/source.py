@@ -4,7 +4,7 @@ The sources live in csrc/ring/ in a checkout (an installed package carries them 
 collectives/gpu_ring/kernels/, copied by setup.py) and include csrc/rz_common.cuh.
 :func:`kernel_source` inlines the local includes, as NVRTC needs (it has no
 include path of ours); the same text goes to nvcc (tests/test_ring_sass.py) and to
-g++ with bench/ring_on_host.h (the host build). Nothing here needs a GPU.
+g++ with csrc/ring/host_shim.h (the host build). Nothing here needs a GPU.
 """
 from __future__ import annotations
 

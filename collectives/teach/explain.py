@@ -68,13 +68,24 @@ def main(argv=None) -> int:
     ap.add_argument("--root", type=int, default=0, help="broadcast root")
     ap.add_argument("--buffers", action=argparse.BooleanOptionalAction, default=None,
                     help="print every rank's buffer after each step (default: when count <= 64)")
-    ap.add_argument("--algorithm", default="ring", choices=("ring", "direct", "pipe"),
-                    help="ring (ring.py, default), direct (reads of peers' buffers in the symmetric heap) or "
-                         "pipe (private arrays in chunks through shared-memory slots: all_reduce, all_gather)")
+    ap.add_argument("--algorithm", default="ring", choices=("ring", "direct", "pipe", "cuda-ring"),
+                    help="ring (host/ring.py, default), direct (reads of peers' buffers in the symmetric heap), "
+                         "pipe (private arrays in chunks through shared-memory slots: all_reduce, all_gather) or "
+                         "cuda-ring (the GPU kernels' own source on CPU threads: which block moved which slice "
+                         "through whose slots)")
     ap.add_argument("--svg", help="also draw the steps (direct: the phases) as an SVG diagram")
     ap.add_argument("--trace", help="also write the Chrome trace (one file per rank)")
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")] if args.counts else None
+    if args.algorithm == "cuda-ring":
+        if args.op == "broadcast" or counts is not None:
+            ap.error("--algorithm cuda-ring: all_reduce, reduce_scatter and all_gather of --count elements")
+        from ..gpu_ring.explain import explain as explain_kernels
+        from ..dtypes import to_dtype
+        slot = args.chunk * to_dtype(args.dtype).itemsize if args.chunk else 32
+        text = explain_kernels(args.op, args.ranks, args.count, args.dtype, slot_bytes=slot)
+        print(text)
+        return 0 if text.endswith("equal their formulas") else 1
     if args.algorithm in ("direct", "pipe"):
         if args.chunk and args.algorithm == "direct":
             ap.error("--chunk applies to the ring and the pipe only (the direct path reads whole segments)")

@@ -122,6 +122,10 @@ SETTINGS = (
             "treat every k consecutive ranks as one node (0: the ranks that share a host)", "for tests on one machine"),
     Setting("shm_dir", "/dev/shm", "RINGZERO_SHM_DIR", "where the heap's shared-memory segments live",
             "POSIX shared memory on Linux"),
+    Setting("host_cxx", "g++", "CXX", "the C++ compiler of the GPU kernels' host build (gpu_ring/host.py)",
+            "any g++ or clang++ with -pthread (and -fsanitize=thread for the TSan run)"),
+    Setting("host_cache", "", "RZ_HOST_CACHE", "where the host build's libraries are cached (empty: a temp folder)",
+            "a cache: built once per source hash"),
     # waiting
     Setting("spin_s", 20e-3, None, "a caller's wait spins this long (with a core per rank) before it yields",
             f"{CPU2}: yielding at once with a core per rank was 2x slower"),

@@ -4,7 +4,7 @@
 // Entry points: rz_ring_rs_<op>_<dtype>, rz_ring_ar_<op>_<dtype> (op sum, prod, max, min;
 // dtype f16, bf16, f32, f64, i32, i64) and rz_ring_ag (bytes: the all-gather only copies),
 // each taking one RzArgs (rz_ring.cuh). Built with NVRTC or nvcc -arch=sm_90 (--std=c++17,
-// include path csrc/), or by g++ through bench/ring_on_host.h.
+// include path csrc/), or by g++ through csrc/ring/host_shim.h.
 //
 // Channels are blocks: block b serves channel b % nchannels of rank b / nchannels (so one
 // launch can carry every virtual rank of a process). Each channel is its own ring over its

@@ -23,7 +23,7 @@
 // rank's abort word and the host's; the first block to give up writes the error record
 // (host-mapped) and sets the neighbours' abort words, so the ring leaves at once.
 //
-// The host build (bench/ring_on_host.h) defines RZ_HOST_RING and supplies the handful of
+// The host build (csrc/ring/host_shim.h) defines RZ_HOST_RING and supplies the handful of
 // primitives below with std::atomic orders; everything else is the same text.
 #pragma once
 #include "rz_common.cuh"

@@ -1,10 +1,10 @@
-"""The ring kernels' host build: csrc/ring/*.cu compiled by g++ with bench/ring_on_host.h.
+"""The ring kernels' host build: csrc/ring/*.cu compiled by g++ with csrc/ring/host_shim.h.
 
-    from ring_host import HostBackend
+    from collectives.gpu_ring.host import HostBackend
     backend = HostBackend(block=8)           # the collectives.gpu_ring Backend, on CPU threads
     ring = Ring.virtual(backend, world=4, geometry=Geometry(2, 2, 64, 4096))
 
-Every GPU thread of every block of every rank is an OS thread (ring_on_host.h), so
+Every GPU thread of every block of every rank is an OS thread (host_shim.h), so
 kernels that wait for each other run as they would on a device, and the device's
 memory is host memory (numpy buffers, 256-byte aligned like cudaMalloc). Builds are
 cached by the hash of their text and flags (RZ_HOST_CACHE, default a temp folder);
@@ -24,29 +24,23 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-if "libtsan" in os.environ.get("LD_PRELOAD", "") and "collectives" not in sys.modules:
-    # Under ThreadSanitizer, Open MPI (which collectives/__init__.py imports) crashes as it loads.
-    # collectives.gpu_ring needs only collectives.errors and .dtypes: load the package without its __init__.
-    import types
-    _pkg = types.ModuleType("collectives")
-    _pkg.__path__ = [str(ROOT / "collectives")]
-    sys.modules["collectives"] = _pkg
-from collectives.gpu_ring import layout, source  # noqa: E402
+from ..tuning import load  # (the host build's cache folder)
+from . import layout, source
 
-SHIM = Path(__file__).resolve().parent / "ring_on_host.h"
-CXX = os.environ.get("CXX", "g++")
+SHIM_NAME = "host_shim.h"  # beside the kernels: csrc/ring/, or gpu_ring/kernels/ once installed
+_T = load()
+SHIM = source.source_dirs()[0] / SHIM_NAME
+CXX = _T.host_cxx
 FLAGS = ["-std=c++17", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-fno-fast-math",
          "-fno-strict-aliasing", "-w"]
 OPT = ["-O2"]
 TSAN = ["-O1", "-g", "-fsanitize=thread"]
-CACHE = Path(os.environ.get("RZ_HOST_CACHE", Path(tempfile.gettempdir()) / "rz-ring-on-host"))
+CACHE = Path(_T.host_cache or Path(tempfile.gettempdir()) / "rz-ring-on-host")
 
 
 def _trailer(names: list[str]) -> str:
     """Per entry point a function handing its launcher to Python, and the structs' layout."""
-    out = ["\n// ---- host launchers and layout (bench/ring_host.py)"]
+    out = ["\n// ---- host launchers and layout (collectives/gpu_ring/host.py)"]
     for n in names:
         out.append(f'extern "C" rz_entry_fn rzhost_fn_{n}() {{ return [](const void* p) {{ rz_invoke({n}, p); }}; }}')
         out.append(f'extern "C" long long rzhost_argsize_{n}() {{ return rz_arg_size({n}); }}')
@@ -218,7 +212,7 @@ class HostBackend:
     def ipc_open(self, handle: bytes) -> int:
         return int.from_bytes(handle, "little")
 
-    # the move log of ring_on_host.h (explain.py)
+    # the move log of host_shim.h (explain.py)
     def trace(self, on: bool) -> None:
         for lb in self.libs.values():
             lb.rzhost_trace(int(on))

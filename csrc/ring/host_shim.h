@@ -1,4 +1,4 @@
-// ring_on_host.h: enough CUDA for g++ to compile csrc/ring/*.cu as they are, with every GPU
+// host_shim.h: enough CUDA for g++ to compile csrc/ring/*.cu as they are, with every GPU
 // thread of every block of every rank an OS thread, so kernels that wait for one another run
 // on the CPU (bench/ring_on_host.py builds and drives it; collectives/gpu_ring uses it in tests).
 //
