@@ -38,6 +38,7 @@ setup(
     version="0.1.0",
     description="Ring collectives over MPI (CPU and CUDA) and a ZeRO sharding layer",
     packages=find_packages(include=["collectives", "collectives.*", "sharding", "sharding.*"]),
+    package_data={"sharding": ["kernels/*.cu"]},
     cmdclass={"build_py": BuildPyWithCsrc},
     # the direct roads' repeated calls and the pipe in C (collectives/fast, csrc/fastpath.c); optional:
     # without a C compiler the same steps run in Python

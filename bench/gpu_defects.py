@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from collectives.dtypes import bfloat16  # noqa: E402
 from collectives.kernels import launch  # noqa: E402
+import sharding.optim_cuda  # noqa: E402,F401  (registers sharding/kernels/optim.cu)
 from collectives.kernels import reference as R  # noqa: E402
 from sharding import optim_ref as O  # noqa: E402
 

@@ -53,7 +53,7 @@ from collectives.kernels import cuda_kernels as CK  # noqa: E402
 from collectives.kernels import launch  # noqa: E402
 from collectives.kernels import reference as R  # noqa: E402
 from sharding import optim_ref as O  # noqa: E402
-from sharding.optim_cuda import cuda_steps  # noqa: E402
+from sharding.optim_cuda import cuda_steps, optim_kernel  # noqa: E402  (registers optim.cu)
 
 SHIM = Path(__file__).resolve().with_suffix(".h")
 CXX = os.environ.get("CXX", "g++")
@@ -426,7 +426,7 @@ def run_adamw(r: Runner) -> None:
            dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-6, weight_decay=0.0, step=7, grad_scale=0.5),
            dict(lr=3e-4, beta1=0.3, beta2=0.999, eps=1e-8, weight_decay=0.1, step=3, grad_scale=1.0)]
     for lowp in launch.LOWP:
-        kernel = launch.optim_kernel("adamw", lowp)
+        kernel = optim_kernel("adamw", lowp)
         ldt = None if lowp is None else DTYPES[lowp][0]
         for n in (5, 1003):
             p, g, m, v = _optim_inputs(n, n)
@@ -452,7 +452,7 @@ def run_sgd(r: Runner) -> None:
            dict(lr=0.1, momentum=0.9, dampening=0.0, weight_decay=0.0, nesterov=True, first_step=False,
                 grad_scale=2.0)]
     for lowp in launch.LOWP:
-        kernel = launch.optim_kernel("sgd", lowp)
+        kernel = optim_kernel("sgd", lowp)
         ldt = None if lowp is None else DTYPES[lowp][0]
         for n in (6, 1001):
             p, g, b, _ = _optim_inputs(n, 50 + n)
@@ -484,13 +484,17 @@ def main(argv=None) -> int:
     if shutil.which(CXX) is None:
         print(f"host run: no {CXX} on PATH")
         return 2
-    if args.csrc:
-        launch.CSRC = Path(args.csrc).resolve()
+    if args.csrc:  # a mutated copy: csrc/'s files and the registered ones that are in it
+        alt = Path(args.csrc).resolve()
+        launch.CSRC = alt
+        for file in list(launch.SOURCES):
+            if (alt / file).is_file():
+                launch.SOURCES[file] = alt
     # N: every extern "C" entry point in the sources, from g++'s preprocessor, not from launch.py
     entries = {}
-    for cu in sorted(launch.CSRC.glob("*.cu")):
-        for name in entry_points(CK.kernel_source(cu.name)):
-            entries[name] = cu.name
+    for file in sorted(launch.SOURCES):
+        for name in entry_points(CK.kernel_source(file)):
+            entries[name] = file
     r = Runner(args.verbose, args.unroll)
     for part in (run_reduce, run_scale, run_cast, run_adamw, run_sgd):
         part(r)

@@ -1,4 +1,4 @@
-"""Fused optimizer steps and casts on device (cupy) arrays: csrc/optim.cu and
+"""Fused optimizer steps and casts on device (cupy) arrays: sharding/kernels/optim.cu and
 the casts of csrc/cast.cu, with optim_numpy.py's signatures.
 
 The kernels are compiled, loaded and launched by collectives' CUDA kernel
@@ -15,9 +15,32 @@ import math
 
 import numpy as np
 
+from pathlib import Path
+
+from collectives.dtypes import dtype_name
 from collectives.kernels import launch
 
 F32 = np.float32
+KERNELS = Path(__file__).resolve().parent / "kernels"
+
+
+def optim_kernel(kind: str, lowp_dtype=None) -> str:
+    """rz_adamw_f32 / rz_sgd_f32, with _bf16 or _f16 when a low-precision copy is written."""
+    if kind not in ("adamw", "sgd"):
+        raise ValueError(f"unknown optimizer kernel {kind!r}")
+    if lowp_dtype is None:
+        return f"rz_{kind}_f32"
+    name = dtype_name(lowp_dtype)
+    if name not in ("bfloat16", "float16"):
+        raise TypeError(f"out_lowp must be bfloat16 or float16, got {name}")
+    return f"rz_{kind}_f32_{launch.SUFFIX[name]}"
+
+
+# optim.cu is compiled and launched by collectives' kernel set like its own kernels; it must not
+# contract a*b+c into FMA: its result is compared bit for bit with the numpy reference, op by op
+# in torch's order
+launch.register("optim.cu", KERNELS, [optim_kernel(k, lp) for k in ("adamw", "sgd") for lp in launch.LOWP],
+                ("--std=c++17", "--fmad=false"))
 
 
 def _flat(x, what: str):
@@ -79,7 +102,7 @@ class CudaOptimSteps:
 
     def adamw_step(self, param, grad, exp_avg, exp_avg_sq, *, lr, beta1, beta2, eps, weight_decay,
                    step, grad_scale=1.0, out_lowp=None) -> None:
-        """One fused AdamW step in place on flat float32 arrays (see csrc/optim.cu and
+        """One fused AdamW step in place on flat float32 arrays (see sharding/kernels/optim.cu and
         optim_numpy.adamw_step for the arguments)."""
         bufs = [_flat(x, w) for x, w in ((param, "param"), (grad, "grad"), (exp_avg, "exp_avg"),
                                           (exp_avg_sq, "exp_avg_sq"))]
@@ -91,12 +114,12 @@ class CudaOptimSteps:
         planned, low = _lowp(bufs, out_lowp)
         tail = tuple(c[k] for k in ("grad_scale", "decay", "w1", "one_minus_w1", "beta2", "c2",
                                     "bc2_sqrt", "eps", "neg_step"))
-        name = launch.optim_kernel("adamw", None if out_lowp is None else out_lowp.dtype)
+        name = optim_kernel("adamw", None if out_lowp is None else out_lowp.dtype)
         self.kernels.launch_kernel(name, bufs[0].size, planned, (*bufs, low), tail, readonly=(1,))  # grad
 
     def sgd_step(self, param, grad, momentum_buf, *, lr, momentum, dampening, weight_decay, nesterov,
                  first_step, grad_scale=1.0, out_lowp=None) -> None:
-        """One fused SGD (momentum, nesterov, weight decay) step in place (see csrc/optim.cu and
+        """One fused SGD (momentum, nesterov, weight decay) step in place (see sharding/kernels/optim.cu and
         optim_numpy.sgd_step for the arguments)."""
         p, g = _flat(param, "param"), _flat(grad, "grad")
         if p.dtype != np.float32:
@@ -113,7 +136,7 @@ class CudaOptimSteps:
         buf = bufs[2] if c["has_momentum"] else p  # never touched without momentum
         tail = tuple(c[k] for k in ("grad_scale", "wd", "momentum", "damp1", "neg_lr",
                                     "has_wd", "has_momentum", "first_step", "nesterov"))
-        name = launch.optim_kernel("sgd", None if out_lowp is None else out_lowp.dtype)
+        name = optim_kernel("sgd", None if out_lowp is None else out_lowp.dtype)
         self.kernels.launch_kernel(name, p.size, planned, (p, g, buf, low), tail, readonly=(1,))  # grad
 
     def synchronize(self) -> None:

@@ -1,4 +1,4 @@
-"""numpy references of csrc/optim.cu and the casts of csrc/cast.cu, the kernels
+"""numpy references of sharding/kernels/optim.cu and the casts of csrc/cast.cu, the kernels
 sharding/optim_cuda.py launches.
 
 Not a second implementation: :func:`adamw` and :func:`sgd` run

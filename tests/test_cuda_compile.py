@@ -11,17 +11,18 @@ import shutil
 import subprocess
 
 from collectives.kernels import launch
+import sharding.optim_cuda  # noqa: F401  (registers sharding/kernels/optim.cu)
 
-CU_FILES = sorted(p.name for p in launch.CSRC.glob("*.cu"))
+CU_FILES = sorted([p.name for p in launch.CSRC.glob("*.cu")] + [p.name for p in sharding.optim_cuda.KERNELS.glob("*.cu")])
 
 
 def test_every_cu_file_has_launch_options():
-    assert CU_FILES == sorted(launch.OPTIONS) == sorted(launch.kernel_names())
+    assert CU_FILES == sorted(launch.OPTIONS) == sorted(launch.kernel_names()) == sorted(launch.SOURCES)
 
 
 def test_sources_have_no_host_includes():
     """NVRTC has no host headers: only our own quoted includes are allowed."""
-    for p in list(launch.CSRC.glob("*.cu")) + list(launch.CSRC.glob("*.cuh")):
+    for p in list(launch.CSRC.glob("*.cu")) + list(launch.CSRC.glob("*.cuh")) + [launch.source_path("optim.cu")]:
         for line in p.read_text().splitlines():
             if line.strip().startswith("#include"):
                 assert '"' in line, f"{p.name}: {line.strip()} (NVRTC has no system headers)"
@@ -48,6 +49,7 @@ def test_wheel_ships_csrc_inside_the_package(tmp_path):
     names = zipfile.ZipFile(whl).namelist()
     want = sorted(f"collectives/kernels/csrc/{p.name}" for p in launch.CSRC.glob("*.cu*"))
     assert sorted(n for n in names if "csrc" in n) == want
+    assert "sharding/kernels/optim.cu" in names  # sharding's kernels ship with sharding
     assert not [n for n in names if n.startswith("csrc/") or n.startswith("../")]
     site = tmp_path / "site"
     zipfile.ZipFile(whl).extractall(site)

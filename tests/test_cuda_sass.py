@@ -25,6 +25,7 @@ import subprocess
 import pytest
 
 from collectives.kernels import launch
+import sharding.optim_cuda  # noqa: F401  (registers sharding/kernels/optim.cu)
 from collectives.kernels.cuda_kernels import kernel_source
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)

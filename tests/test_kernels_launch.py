@@ -10,6 +10,7 @@ import pytest
 
 from collectives.dtypes import DTYPES, bfloat16
 from collectives.kernels import launch
+from sharding.optim_cuda import optim_kernel  # (registers sharding/kernels/optim.cu)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -27,8 +28,8 @@ def test_kernel_names_are_unique_and_complete():
     assert launch.scale_kernel(np.int64) == "rz_scale_i64"
     assert launch.cast_kernel(np.float32, bfloat16) == "rz_cast_f32_bf16"
     assert launch.cast_kernel(np.float16, np.float32) == "rz_cast_f16_f32"
-    assert launch.optim_kernel("adamw") == "rz_adamw_f32"
-    assert launch.optim_kernel("sgd", bfloat16) == "rz_sgd_f32_bf16"
+    assert optim_kernel("adamw") == "rz_adamw_f32"
+    assert optim_kernel("sgd", bfloat16) == "rz_sgd_f32_bf16"
 
 
 def test_bad_names_raise():
@@ -39,9 +40,9 @@ def test_bad_names_raise():
     with pytest.raises(TypeError, match="no cast kernel"):
         launch.cast_kernel(np.float16, bfloat16)
     with pytest.raises(TypeError, match="bfloat16 or float16"):
-        launch.optim_kernel("adamw", np.float64)
+        optim_kernel("adamw", np.float64)
     with pytest.raises(ValueError):
-        launch.optim_kernel("lamb")
+        optim_kernel("lamb")
 
 
 def test_vector_width():
@@ -124,7 +125,7 @@ def test_plan():
 
 
 def _header_bytes(file):
-    text = (launch.CSRC / file).read_text()
+    text = launch.source_path(file).read_text()
     return dict((m.group(1), m.group(2)) for m in re.finditer(r"^// bytes: (rz_\w+) (.*?)\s{2,}\(", text, re.M))
 
 

@@ -45,6 +45,7 @@ def test_the_host_run_catches_a_broken_kernel(tmp_path):
     """A one-character bug in bf16 rounding (ties away from even) must show as a failure."""
     src = tmp_path / "csrc"
     shutil.copytree(launch.CSRC, src)
+    shutil.copy(launch.source_path("optim.cu"), src)  # sharding's kernel, beside the mutated copy
     common = (src / "rz_common.cuh").read_text()
     assert "0x7fffu + ((u >> 16) & 1u)" in common
     (src / "rz_common.cuh").write_text(common.replace("0x7fffu + ((u >> 16) & 1u)", "0x8000u"))

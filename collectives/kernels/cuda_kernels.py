@@ -40,20 +40,29 @@ _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction from unified addressing
 
 
 def kernel_source(file: str) -> str:
-    """The text NVRTC compiles: ``file`` with our local includes inlined."""
+    """The text NVRTC compiles: ``file`` with our local includes inlined (looked up beside it,
+    then in csrc/)."""
+    path = launch.source_path(file)
+
     def expand(text: str, seen: set) -> str:
         def one(m):
             inc = m.group(1)
             if inc in seen:
                 return ""
             seen.add(inc)
-            body = (launch.CSRC / inc).read_text()
+            near = path.parent / inc
+            body = (near if near.is_file() else launch.CSRC / inc).read_text()
             return expand(re.sub(r"^\s*#\s*pragma\s+once\s*$", "", body, flags=re.M), seen)
         return _INCLUDE.sub(one, text)
-    return expand((launch.CSRC / file).read_text(), set())
+    return expand(path.read_text(), set())
 
 
-_FILE_OF = {name: file for file, names in launch.kernel_names().items() for name in names}
+def _file_of(name: str) -> str:
+    """The file that defines entry point ``name`` (registered files too)."""
+    for file, names in launch.kernel_names().items():
+        if name in names:
+            return file
+    raise KeyError(f"no kernel file defines {name!r}")
 
 
 def _flat(x, what):
@@ -142,7 +151,7 @@ class CudaKernels:
         f = self._functions.get(key)
         if f is None:
             with self._lock:
-                file = _FILE_OF[name]
+                file = _file_of(name)
                 mod = self._modules.get((dev, file))
                 if mod is None:
                     with self._cp.cuda.Device(dev):

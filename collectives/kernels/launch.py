@@ -52,14 +52,25 @@ def _csrc() -> Path:
 
 CSRC = _csrc()
 
-# Compile options, shared by NVRTC (cupy.RawModule) and the nvcc check.
-# optim.cu must not contract a*b+c into FMA: its result is compared bit for
-# bit with the numpy reference, op by op in torch's order.
+# Compile options, shared by NVRTC and the nvcc check (a registered file brings its own).
 OPTIONS = {
     "reduce.cu": ("--std=c++17",),
     "cast.cu": ("--std=c++17",),
-    "optim.cu": ("--std=c++17", "--fmad=false"),
 }
+SOURCES = {"reduce.cu": CSRC, "cast.cu": CSRC}  # file -> its folder (register adds other layers' files)
+_REGISTERED: dict[str, list[str]] = {}
+
+
+def register(file: str, folder: Path, names: list[str], options: tuple[str, ...]) -> None:
+    """Kernels of a layer above collectives (sharding's optimizer steps, sharding/kernels/):
+    compiled, checked and launched like ours. ``names``: the entry points ``file`` defines;
+    ``options``: its NVRTC options (rz_common.cuh is found in csrc/)."""
+    SOURCES[file], OPTIONS[file], _REGISTERED[file] = Path(folder), tuple(options), list(names)
+
+
+def source_path(file: str) -> Path:
+    """Where a kernel file of :func:`kernel_names` lives."""
+    return SOURCES[file] / file
 # What NVRTC gets on top, spelled out: IEEE division and square root, and
 # subnormals kept. cupy.RawModule appends -ftz=true to every compile, which
 # would flush subnormal inputs and results to zero, so cuda_kernels.py
@@ -108,24 +119,12 @@ def cast_kernel(src_dtype, dst_dtype) -> str:
     return f"rz_cast_{SUFFIX[pair[0]]}_{SUFFIX[pair[1]]}"
 
 
-def optim_kernel(kind: str, lowp_dtype=None) -> str:
-    """rz_adamw_f32 / rz_sgd_f32, with _bf16 or _f16 when a low-precision copy is written."""
-    if kind not in ("adamw", "sgd"):
-        raise ValueError(f"unknown optimizer kernel {kind!r}")
-    if lowp_dtype is None:
-        return f"rz_{kind}_f32"
-    name = dtype_name(lowp_dtype)
-    if name not in ("bfloat16", "float16"):
-        raise TypeError(f"out_lowp must be bfloat16 or float16, got {name}")
-    return f"rz_{kind}_f32_{SUFFIX[name]}"
-
-
 def kernel_names() -> dict[str, list[str]]:
     """Every entry point each .cu file must define (checked against nvcc's output)."""
     return {
         "reduce.cu": [reduce_kernel(op, d) for d in DTYPES for op in REDUCE_OPS],
         "cast.cu": [cast_kernel(s, d) for s, d in CASTS] + [scale_kernel(d) for d in DTYPES],
-        "optim.cu": [optim_kernel(k, lp) for k in ("adamw", "sgd") for lp in LOWP],
+        **_REGISTERED,
     }
 
 

@@ -4,7 +4,7 @@ These are what the GPU tests compare each CUDA kernel with, and what the
 CPU tests check against independent formulas (torch, ml_dtypes). The half
 type roundings are done here on bit patterns, not through ml_dtypes, so the
 check against ml_dtypes and torch means something. The references of the
-optimizer steps and casts (csrc/optim.cu, the casts of csrc/cast.cu) are
+optimizer steps and casts (sharding/kernels/optim.cu, the casts of csrc/cast.cu) are
 sharding/optim_ref.py's.
 """
 from __future__ import annotations
