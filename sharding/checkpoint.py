@@ -91,7 +91,7 @@ def save(opt, directory, *, hook=None) -> str:
     """
     comm, root = opt.comm, Path(directory)
     what = f"saving step {opt.step_count} under {root}"
-    opt._drop_prefetches()
+    opt.drop_prefetches()
     # 1. rank 0 makes the folder (and clears what killed saves left); everyone learns the token
     msg, error = np.zeros(3, np.int64), None  # [failed, token, token]: collectives move int64, not bytes
     if comm.rank == 0:
@@ -176,7 +176,7 @@ def load(opt, directory) -> None:
                              f"{opt.optimizer.name!r}")
         optimizer = optimizer_from_hparams(meta["optimizer"])
         reader = ShardReader(ckpt, meta)
-        opt._drop_prefetches()
+        opt.drop_prefetches()
         for uname, u in opt.units.items():
             want = u.shard if opt.policy.shard_state else ShardInfo(0, u.layout.padded)
             loaded[uname] = {key: reader.read(key, uname, want)

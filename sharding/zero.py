@@ -200,14 +200,14 @@ class ZeroOptimizer:
         with self.gatherer.use(unit, direction) as full:
             yield u.views(full)
 
-    def _drop_prefetches(self) -> None:
+    def drop_prefetches(self) -> None:
         if self.gatherer is not None:
             self.gatherer.drop_prefetches()
 
     def full_params(self) -> dict:
         """All current weights as host float32 numpy arrays, ``{unit: {name: array}}``.
         At stage 3 this is a collective: every rank must call it."""
-        self._drop_prefetches()
+        self.drop_prefetches()
         out = {}
         for name, u in self.units.items():
             if self.policy.shard_weights:
@@ -234,7 +234,7 @@ class ZeroOptimizer:
         gather them as the stage requires. Returns the global gradient norm
         (of the unscaled gradients); with float16 loss scaling an overflow on
         any rank skips the step on every rank and returns inf."""
-        self._drop_prefetches()
+        self.drop_prefetches()
         grads = self.reducer.finish(self.units.values())
         sumsq = sum(float(self.xp.dot(g.astype(np.float64), g.astype(np.float64))) for g in grads)
         if self.policy.shard_state and self.world > 1:  # each rank summed its own shard

@@ -56,7 +56,7 @@ class Heap:
         self._scratch: dict[str, Window] = {}
         self._spans: list[tuple[int, Window]] = []  # (address of this rank's segment, window) of alloc's windows
 
-    def _window(self, nbytes: int) -> Window:
+    def window(self, nbytes: int) -> Window:
         index = len(self.windows)
         w = Window(self.segments.window(max(int(nbytes), CACHE_LINE), index), self.rank, index)
         self.windows.append(w)
@@ -66,7 +66,7 @@ class Heap:
         """A numpy array in a new window of the heap (collective over the node)."""
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
-        w = self._window(count * dtype.itemsize)
+        w = self.window(count * dtype.itemsize)
         root = w.mine[:count * dtype.itemsize].view(dtype)
         self._roots[id(w.mine)] = w
         self._roots[id(root)] = w
@@ -87,7 +87,7 @@ class Heap:
                 self.windows[s.index] = None
                 s.free()
             # powers of two: a sweep of sizes reallocates a few times, not at every size
-            s = self._scratch[name] = self._window(max(1 << 16, 1 << (int(nbytes) - 1).bit_length()))
+            s = self._scratch[name] = self.window(max(1 << 16, 1 << (int(nbytes) - 1).bit_length()))
         return s
 
     def locate(self, x):

@@ -64,7 +64,7 @@ class Signals:
     def __init__(self, heap, world_ranks, policy):
         self.rank, self.size = heap.rank, heap.size
         self.world = list(world_ranks)
-        w = heap._window(SLOT_BYTES)
+        w = heap.window(SLOT_BYTES)
         self.slots = [p[:SLOT * 8].view(np.int64) for p in w.peers]
         self.mine = self.slots[self.rank]
         self.mine[:] = 0

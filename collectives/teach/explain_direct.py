@@ -4,8 +4,8 @@ real signals (symmetric/signals.py) on simulated ranks, over a stand-in heap.
 Under mpirun the heap is shared-memory segments that every rank of a node
 maps. Here the ranks are threads of one process, so a window is simply one
 numpy array per rank that every thread can see: ``StandInHeap`` gives
-``Direct`` and ``Signals`` the interface of ``Heap`` (``_window``,
-``alloc``, ``scratch``, ``locate``, ``peer_view``, ``node.barrier``) over
+``Direct`` and ``Signals`` the interface of ``Heap`` (
+``window``, ``alloc``, ``scratch``, ``locate``, ``peer_view``, ``node.barrier``) over
 such arrays. Driving the real code (rather than re-deriving its schedule)
 means that what explain shows is what runs: the header agreement, the
 flags, which rank reads which bytes of whose buffer, and the two phases of
@@ -84,7 +84,7 @@ class StandInHeap:
         self.windows: list = []
         self._scratch: dict = {}
 
-    def _window(self, nbytes: int) -> _Window:
+    def window(self, nbytes: int) -> _Window:
         """The next window (every rank asks in the same order, as for MPI's collective call)."""
         i = len(self.windows)
         with self.shared.lock:
@@ -98,12 +98,12 @@ class StandInHeap:
     def alloc(self, shape, dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
-        return self._window(count * dtype.itemsize).mine[:count * dtype.itemsize].view(dtype).reshape(shape)
+        return self.window(count * dtype.itemsize).mine[:count * dtype.itemsize].view(dtype).reshape(shape)
 
     def scratch(self, nbytes: int, name: str = "scratch") -> _Window:
         s = self._scratch.get(name)
         if s is None or s.nbytes < nbytes:
-            s = self._scratch[name] = self._window(max(nbytes, 1 << 16))
+            s = self._scratch[name] = self.window(max(nbytes, 1 << 16))
         return s
 
     def locate(self, x):
