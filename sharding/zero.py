@@ -201,6 +201,7 @@ class ZeroOptimizer:
             yield u.views(full)
 
     def drop_prefetches(self) -> None:
+        """Free stage 3's prefetched units (before a checkpoint or a full-weights read)."""
         if self.gatherer is not None:
             self.gatherer.drop_prefetches()
 

@@ -4,9 +4,8 @@ real signals (symmetric/signals.py) on simulated ranks, over a stand-in heap.
 Under mpirun the heap is shared-memory segments that every rank of a node
 maps. Here the ranks are threads of one process, so a window is simply one
 numpy array per rank that every thread can see: ``StandInHeap`` gives
-``Direct`` and ``Signals`` the interface of ``Heap`` (
-``window``, ``alloc``, ``scratch``, ``locate``, ``peer_view``, ``node.barrier``) over
-such arrays. Driving the real code (rather than re-deriving its schedule)
+``Direct`` and ``Signals`` the interface of ``Heap`` (``window``, ``alloc``,
+``scratch``, ``locate``, ``peer_view``, ``node.barrier``) over such arrays. Driving the real code (rather than re-deriving its schedule)
 means that what explain shows is what runs: the header agreement, the
 flags, which rank reads which bytes of whose buffer, and the two phases of
 a large all-reduce (one phase up to the tuning table's one_phase_bytes;
