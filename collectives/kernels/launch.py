@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..dtypes import DTYPES, dtype_name
+from ..dtypes import DTYPES, KERNEL_DTYPES, dtype_name
 
 VECTOR_BYTES = 16  # one 128-bit load or store per thread and buffer
 BLOCK = 256  # threads per block; the kernels declare __launch_bounds__(256)
@@ -34,8 +34,7 @@ REG_ALLOC_UNIT = 256  # registers are handed to warps in units of 256
 # HBM latency. tests/test_cuda_sass.py checks every kernel against it.
 MIN_BLOCKS_PER_SM = 4
 REDUCE_OPS = ("sum", "prod", "max", "min")
-SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
-          "float64": "f64", "int32": "i32", "int64": "i64"}
+SUFFIX = {name: DTYPES[name].kernel for name in KERNEL_DTYPES}  # the dtypes the kernels cover
 CASTS = (("float32", "bfloat16"), ("float32", "float16"), ("bfloat16", "float32"), ("float16", "float32"))
 LOWP = (None, "bfloat16", "float16")
 
@@ -91,12 +90,21 @@ def reduce_kernel(op: str, dtype) -> str:
     """rz_reduce_<op>_<dtype>: out = op(a, b)."""
     if op not in REDUCE_OPS:
         raise ValueError(f"no reduce kernel for op {op!r}; kernels exist for {', '.join(REDUCE_OPS)}")
-    return f"rz_reduce_{op}_{SUFFIX[dtype_name(dtype)]}"
+    return f"rz_reduce_{op}_{suffix(dtype)}"
 
 
 def scale_kernel(dtype) -> str:
     """rz_scale_<dtype>: x /= divisor."""
-    return f"rz_scale_{SUFFIX[dtype_name(dtype)]}"
+    return f"rz_scale_{suffix(dtype)}"
+
+
+def suffix(dtype) -> str:
+    """The kernels' suffix for ``dtype``, or TypeError naming the dtypes they cover."""
+    name = dtype_name(dtype)
+    s = SUFFIX.get(name)
+    if s is None:
+        raise TypeError(f"no CUDA kernels for dtype {name}; they cover {', '.join(KERNEL_DTYPES)}")
+    return s
 
 
 def cast_kernel(src_dtype, dst_dtype) -> str:
@@ -123,8 +131,8 @@ def optim_kernel(kind: str, lowp_dtype=None) -> str:
 def kernel_names() -> dict[str, list[str]]:
     """Every entry point each .cu file must define (checked against nvcc's output)."""
     return {
-        "reduce.cu": [reduce_kernel(op, d) for d in DTYPES for op in REDUCE_OPS],
-        "cast.cu": [cast_kernel(s, d) for s, d in CASTS] + [scale_kernel(d) for d in DTYPES],
+        "reduce.cu": [reduce_kernel(op, d) for d in KERNEL_DTYPES for op in REDUCE_OPS],
+        "cast.cu": [cast_kernel(s, d) for s, d in CASTS] + [scale_kernel(d) for d in KERNEL_DTYPES],
         "optim.cu": [optim_kernel(k, lp) for k in ("adamw", "sgd") for lp in LOWP],
     }
 

@@ -25,12 +25,22 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
                                         ReduceScatterOptions)
 
 from ..communicator import Communicator
-from ..errors import CollectiveError
+from ..errors import CollectiveTimeout
+from .errors import torch_error
 from .ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
 from .ops import plain_op as _plain_op
 from .mpi_calls import MpiCalls
+from . import sparse
 from .rooted import GroupNames, RootedCollectives
 from ..work import Work
+
+
+def _contiguous(t) -> bool:
+    """``t.is_contiguous()``; False for the compressed sparse layouts, which raise there."""
+    try:
+        return t.is_contiguous()
+    except RuntimeError:
+        return False
 
 
 # torch 2.13 says on every options object whether the call blocks (older torch does not: async path)
@@ -85,12 +95,19 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         op = _plain_op(ro)
         if op is not None and len(tensors) == 1:
             t = tensors[0]  # the common call (DDP's buckets too): nothing to stage
-            if t.is_contiguous():
+            if _contiguous(t):
                 if _BLOCKING and not opts.asyncOp:
-                    self.comm.all_reduce(t, op=op, out=t)
+                    try:
+                        self.comm.all_reduce(t, op=op, out=t)
+                    except CollectiveTimeout as e:  # torch's DistBackendError (ops.torch_error)
+                        raise torch_error(e) from None
                     return None
                 return OneWork(self.comm.all_reduce(t, op=op, out=t, async_op=True), tensors)
         op, factor = reduce_op(ro, "allreduce")
+        if any(t.layout is not torch.strided for t in tensors):  # sparse COO: gathered (sparse.py)
+            for t in tensors:
+                sparse.check_layout(t, op, factor, self.comm.rank)
+            return sparse.all_reduce(self.comm, tensors)
         stage = Stage()
         launches = []
         for t in tensors:
@@ -107,7 +124,10 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         if output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and output.numel() == input.numel() * self.comm.size:  # FSDP2's common call: nothing to stage
             if _BLOCKING and not opts.asyncOp:
-                self.comm.all_gather(input, out=output)
+                try:
+                    self.comm.all_gather(input, out=output)
+                except CollectiveTimeout as e:
+                    raise torch_error(e) from None
                 return None
             return OneWork(self.comm.all_gather(input, out=output, async_op=True), [output])
         return self.all_gather_single_coalesced([output], [input], opts)
@@ -129,7 +149,10 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         if op is not None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and input.numel() == output.numel() * self.comm.size:  # the common call: nothing to stage
             if _BLOCKING and not opts.asyncOp:
-                self.comm.reduce_scatter(input, op=op, out=output)
+                try:
+                    self.comm.reduce_scatter(input, op=op, out=output)
+                except CollectiveTimeout as e:
+                    raise torch_error(e) from None
                 return None
             return OneWork(self.comm.reduce_scatter(input, op=op, out=output, async_op=True), [output])
         return self.reduce_scatter_single_coalesced([output], [input], opts)
@@ -241,7 +264,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
                     raise errors[0]
                 stage.copy_back()
             except BaseException as e:
-                fut.set_exception(e if isinstance(e, Exception) else CollectiveError(repr(e)))
+                fut.set_exception(torch_error(e))
                 return
             fut.set_result(outputs)
 
