@@ -1,9 +1,8 @@
 """Launch arithmetic for the CUDA kernels in csrc/, in plain Python.
 
-Nothing here touches a GPU, so all of it is unit-tested on any machine
-(tests/test_kernels_launch.py): which kernel name serves a dtype and op,
-how wide a vector is, where the aligned part of a buffer starts and ends
-(the scalar head and tail around it), and how many blocks to launch.
+Nothing here touches a GPU, so all of it is unit-tested anywhere (tests/test_kernels_launch.py):
+which kernel serves a dtype and op, how wide a vector is, where a buffer's aligned
+part starts and ends (the scalar head and tail around it), how many blocks to launch.
 
 Every kernel walks its buffers the same way: elements [head, head + nvec*V)
 as aligned vectors of V elements, the others ([0, head) and the tail) one
@@ -34,7 +33,6 @@ REG_ALLOC_UNIT = 256  # registers are handed to warps in units of 256
 # HBM latency. tests/test_cuda_sass.py checks every kernel against it.
 MIN_BLOCKS_PER_SM = 4
 REDUCE_OPS = ("sum", "prod", "max", "min")
-SUFFIX = {name: DTYPES[name].kernel for name in KERNEL_DTYPES}  # the dtypes the kernels cover
 CASTS = (("float32", "bfloat16"), ("float32", "float16"), ("bfloat16", "float32"), ("float16", "float32"))
 LOWP = (None, "bfloat16", "float16")
 
@@ -99,12 +97,10 @@ def scale_kernel(dtype) -> str:
 
 
 def suffix(dtype) -> str:
-    """The kernels' suffix for ``dtype``, or TypeError naming the dtypes they cover."""
-    name = dtype_name(dtype)
-    s = SUFFIX.get(name)
-    if s is None:
-        raise TypeError(f"no CUDA kernels for dtype {name}; they cover {', '.join(KERNEL_DTYPES)}")
-    return s
+    """The kernels' suffix for ``dtype`` (the dtype table's), or TypeError naming those they cover."""
+    if DTYPES[dtype_name(dtype)].kernel is None:
+        raise TypeError(f"no CUDA kernels for dtype {dtype_name(dtype)}; they cover {', '.join(KERNEL_DTYPES)}")
+    return DTYPES[dtype_name(dtype)].kernel
 
 
 def cast_kernel(src_dtype, dst_dtype) -> str:
@@ -113,7 +109,7 @@ def cast_kernel(src_dtype, dst_dtype) -> str:
     if pair not in CASTS:
         raise TypeError(f"no cast kernel from {pair[0]} to {pair[1]}; "
                         f"casts: {', '.join(f'{s}->{d}' for s, d in CASTS)}")
-    return f"rz_cast_{SUFFIX[pair[0]]}_{SUFFIX[pair[1]]}"
+    return f"rz_cast_{suffix(pair[0])}_{suffix(pair[1])}"
 
 
 def optim_kernel(kind: str, lowp_dtype=None) -> str:
@@ -125,7 +121,7 @@ def optim_kernel(kind: str, lowp_dtype=None) -> str:
     name = dtype_name(lowp_dtype)
     if name not in ("bfloat16", "float16"):
         raise TypeError(f"out_lowp must be bfloat16 or float16, got {name}")
-    return f"rz_{kind}_f32_{SUFFIX[name]}"
+    return f"rz_{kind}_f32_{suffix(name)}"
 
 
 def kernel_names() -> dict[str, list[str]]:
