@@ -196,9 +196,15 @@ def as_int(torch, t, dt: np.dtype):
     return t.view(getattr(torch, _INT_VIEW[dt.itemsize][1]))
 
 
+def carrier(dt: np.dtype) -> np.dtype:
+    """The numpy dtype that carries ``dt`` into ``torch.from_numpy``: itself, or for the
+    ml_dtypes types the integer of their size."""
+    return _INT_VIEW[dt.itemsize][0] if dt in ML_DTYPES else dt
+
+
 def numpy_to_torch(torch, a: np.ndarray, dtype):
     """A torch tensor of torch dtype ``dtype`` over numpy array ``a``'s memory (zero-copy);
     ml_dtypes types (bfloat16, float8) through the integer view."""
     if a.dtype not in ML_DTYPES:
         return torch.from_numpy(a)
-    return torch.from_numpy(a.view(_INT_VIEW[a.dtype.itemsize][0])).view(dtype)
+    return torch.from_numpy(a.view(carrier(a.dtype))).view(dtype)

@@ -31,6 +31,7 @@ from .ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op,
 from .ops import plain_op as _plain_op
 from .mpi_calls import MpiCalls
 from . import sparse
+from .heap_pool import HeapPool
 from .rooted import GroupNames, RootedCollectives
 from ..work import Work
 
@@ -64,6 +65,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         self._group_name = ""
         self._group_desc = ""
         self._closed = False
+        self._pool = None  # FSDP2's comm buffers in the heap (allocate_tensor)
 
     def shutdown(self) -> None:
         """Finish queued work, stop the progress thread, free the MPI communicators
@@ -216,6 +218,25 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
 
     def barrier(self, opts=BarrierOptions()):
         return self._start([lambda a: self.comm.barrier(async_op=a)], [], Stage(), opts)
+
+    # ------------------------------------------------- FSDP2's comm buffers
+    def supports_tensor_alloc(self, device) -> bool:
+        """Whether :meth:`allocate_tensor` serves ``device``: CPU tensors, from the heap."""
+        return torch.device(device).type == "cpu"
+
+    def _get_backend(self, device):
+        """The group is its own backend (torch registers none inside it): FSDP2 asks it for
+        ``supports_tensor_alloc`` through this."""
+        return self
+
+    def allocate_tensor(self, size: int, *, dtype, device) -> torch.Tensor:
+        """A 1-D CPU tensor of ``size`` elements in the node's heap (heap_pool.py): FSDP2's
+        all-gather and reduce-scatter buffers under ``set_allocate_memory_from_process_group_for_comm``."""
+        if not self.supports_tensor_alloc(device):
+            raise ValueError(f"allocate_tensor on rank {self.comm.rank}: the heap serves CPU tensors, not {device}")
+        if self._pool is None:
+            self._pool = HeapPool(self.comm)
+        return self._pool.tensor(size, dtype)
 
     # aliases older torch dispatches to
     _allgather_base = all_gather_single
