@@ -49,7 +49,7 @@ bench-torch: $(STAMP)  ## ring, MPI, Gloo and our ring through torch (ringzero P
 		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,gloo,torch \
 		--json bench/results/collectives-torch-cpu-n$(NP).json --plot bench/results/collectives-torch-cpu-n$(NP).png
 
-bench-ddp: $(STAMP)  ## DDP and FSDP2 training steps/s over ringzero and Gloo (10M MLP, per-rank batch 16)
+bench-ddp: $(STAMP)  ## DDP, FSDP2 and FSDP2 with heap comm buffers: training steps/s over ringzero and Gloo (10M MLP, per-rank batch 16)
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/ddp.py --batch 16 \
 		--json bench/results/ddp-cpu-n$(NP).json --plot bench/results/ddp-cpu-n$(NP).png
 
