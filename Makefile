@@ -56,7 +56,7 @@ bench-torch: $(STAMP)  ## ring, MPI, Gloo and our ring through torch (ringzero P
 		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,gloo,torch \
 		--json $(RESULTS)/collectives-torch-cpu-n$(NP).json --plot $(RESULTS)/collectives-torch-cpu-n$(NP).png
 
-bench-ddp: $(STAMP)  ## DDP and FSDP2 training steps/s over ringzero and Gloo (10M MLP, per-rank batch 16)
+bench-ddp: $(STAMP)  ## DDP, FSDP2 and FSDP2 with heap comm buffers: training steps/s over ringzero and Gloo (10M MLP, per-rank batch 16)
 	mkdir -p $(RESULTS)
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/ddp.py --batch 16 \
 		--json $(RESULTS)/ddp-cpu-n$(NP).json --plot $(RESULTS)/ddp-cpu-n$(NP).png

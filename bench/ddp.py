@@ -37,6 +37,12 @@ the time goes: ringzero's cpu minus free's is the all-reduce's own work,
 and, on a rank bound to one core (mpirun's default here), step minus cpu is
 time its threads spent waiting (for a peer, or for the core).
 
+``fsdp2-heap`` is FSDP2 over ringzero with
+``set_allocate_memory_from_process_group_for_comm(True)``: its all-gather and
+reduce-scatter buffers come from the group's heap (torch_backend/heap_pool.py),
+so those collectives take the direct roads with no staging copy. Gloo has no
+such allocator; its "vs gloo" pairs with Gloo's plain FSDP2 row.
+
 Models: ``mlp`` (about 10.5M parameters: 512 -> 2048 -> 2048 -> 2048 -> 512,
 the default) and ``transformer`` (one encoder block, d_model 512, 8 heads,
 feed-forward 2048, sequences of 64: 3.2M). ``--width``/``--hidden`` shrink
@@ -61,7 +67,7 @@ import collectives  # noqa: E402,F401  (before mpi4py starts MPI: see collective
 from mpi4py import MPI  # noqa: E402
 from torch_groups import have_ringzero_backend, init_groups  # noqa: E402
 
-MODES = ("ddp", "fsdp2")
+MODES = ("ddp", "fsdp2", "fsdp2-heap")  # fsdp2-heap: ringzero only (FSDP2's buffers in its heap)
 MODELS = ("mlp", "transformer")
 BACKENDS = ("ringzero", "gloo", "free")  # free: no communication at all (the ceiling; see above)
 
@@ -158,6 +164,9 @@ def wrap(model, mode: str, group, free: bool = False):
     mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, "cpu")
     sharded = [fully_shard(layer, mesh=mesh) for layer in model if any(True for _ in layer.parameters())]
     root = fully_shard(model, mesh=mesh)
+    if mode == "fsdp2-heap":
+        for m in sharded + [root]:
+            m.set_allocate_memory_from_process_group_for_comm(True)
     if free:
         for m in sharded + [root]:
             m.set_custom_all_gather(FreeAllGather())
@@ -228,7 +237,7 @@ def plot_ddp(records: list[dict], path: str, title: str) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="mlp", help=f"comma list of {', '.join(MODELS)}")
-    p.add_argument("--mode", default="ddp,fsdp2", help=f"comma list of {', '.join(MODES)}")
+    p.add_argument("--mode", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
     p.add_argument("--backend", default=",".join(BACKENDS),
                    help="comma list of ringzero, gloo, free (free: no communication, the ceiling; ringzero is "
                         "left out, and said so, where it is missing)")
@@ -276,7 +285,7 @@ def main(argv=None) -> int:
 
     # free builds its wrapper over the Gloo group (DDP's initial broadcast) and never communicates after
     configs = [Config(k, m, b, groups["gloo" if b == "free" else b], a, rank)
-               for k in kinds for m in modes for b in backends]
+               for k in kinds for m in modes for b in backends if m != "fsdp2-heap" or b == "ringzero"]
     say(f"# ringzero DDP/FSDP2 benchmark: {n} ranks, per-rank batch {a.batch}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} intra-op thread(s) per rank, SGD momentum 0.9, float32")
     for note in notes:
@@ -316,7 +325,8 @@ def main(argv=None) -> int:
                             losses=c.losses))
     index = {(c.kind, c.mode, c.backend): i for i, c in enumerate(configs)}
     for i, r in enumerate(records):
-        twin = index.get((r["model"], r["mode"], "gloo"))
+        base = "fsdp2" if r["mode"] == "fsdp2-heap" else r["mode"]  # Gloo has no heap: its plain FSDP2
+        twin = index.get((r["model"], base, "gloo"))
         if r["backend"] == "gloo" or twin is None:
             continue
         r["ratio_vs_gloo"] = float(np.median([g / t for g, t in zip(times[twin], times[i])]))
@@ -325,20 +335,20 @@ def main(argv=None) -> int:
         ref = np.array(configs[twin].losses)
         diff = np.abs(np.array(r["losses"]) - ref) / np.maximum(np.abs(ref), 1e-30)
         r["loss_rel_diff_vs_gloo"] = float(np.max(diff))
-        free = index.get((r["model"], r["mode"], "free"))
+        free = index.get((r["model"], base, "free"))
         if free is not None:
             r["ceiling_vs_gloo"] = float(np.median([g / f for g, f in zip(times[twin], times[free])]))
             r["gain_share"] = float(np.median([(g - t) / (g - f) if g != f else float("nan")
                                                for g, t, f in zip(times[twin], times[i], times[free])]))
     say()
-    say(f"{'model':>12} {'mode':>6} {'backend':>9} {'params':>11} {'step(ms)':>9} {'cpu(ms)':>8} {'steps/s':>8} "
+    say(f"{'model':>12} {'mode':>10} {'backend':>9} {'params':>11} {'step(ms)':>9} {'cpu(ms)':>8} {'steps/s':>8} "
         f"{'vs gloo':>8} {'ceiling':>8} {'share':>6} {'loss diff':>9}")
     for r in records:
         ratio = f"{r['ratio_vs_gloo']:.2f}x" if "ratio_vs_gloo" in r else "-"
         ceiling = f"{r['ceiling_vs_gloo']:.2f}x" if "ceiling_vs_gloo" in r else "-"
         share = f"{100 * r['gain_share']:.0f}%" if "gain_share" in r else "-"
         diff = f"{r['loss_rel_diff_vs_gloo']:.1e}" if "loss_rel_diff_vs_gloo" in r else "-"
-        say(f"{r['model']:>12} {r['mode']:>6} {r['backend']:>9} {r['params']:>11,} {r['step_ms']:>9.2f} "
+        say(f"{r['model']:>12} {r['mode']:>10} {r['backend']:>9} {r['params']:>11,} {r['step_ms']:>9.2f} "
             f"{r['cpu_ms']:>8.2f} {r['steps_per_s']:>8.2f} {ratio:>8} {ceiling:>8} {share:>6} {diff:>9}")
     title = f"training steps/s, {n} ranks, per-rank batch {a.batch}" + (" (no ringzero)" if notes else "")
     if rank == 0 and a.json:

@@ -48,7 +48,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from collectives.dtypes import DTYPES, HALF, bfloat16  # noqa: E402
+from collectives.dtypes import DTYPES, HALF, KERNEL_DTYPES, bfloat16  # noqa: E402
 from collectives.kernels import cuda_kernels as CK  # noqa: E402
 from collectives.kernels import launch  # noqa: E402
 from collectives.kernels import reference as R  # noqa: E402
@@ -353,7 +353,7 @@ class Runner:
 
 
 def run_reduce(r: Runner) -> None:
-    for name in DTYPES:
+    for name in KERNEL_DTYPES:
         for op in launch.REDUCE_OPS:
             kernel = launch.reduce_kernel(op, DTYPES[name][0])
             for n in (1, 7, 33, 1000, 4099, 20011):  # 20011: a one-block grid goes round the unrolled loop 5x
@@ -372,7 +372,7 @@ def run_reduce(r: Runner) -> None:
 
 
 def run_scale(r: Runner) -> None:
-    for name in DTYPES:
+    for name in KERNEL_DTYPES:
         kernel = launch.scale_kernel(DTYPES[name][0])
         for n in (1, 9, 1001, 20011):
             a, _ = operands(name, n, 100 + n)

@@ -14,16 +14,14 @@ before a byte moves.
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-from .dtypes import DTYPES, dtype_code
+from .dtypes import KERNEL_DTYPES, ML_DTYPES, TABLE, as_int, dtype_code, info, numpy_to_torch, torch_dtypes
 from .kernels import NUMPY_KERNELS, kernels_for
 
 __all__ = ["Array", "adapt", "check_overlap"]
 
-_HOST_DTYPES = frozenset(dt for dt, _ in DTYPES.values())
-_BF16 = np.dtype(ml_dtypes.bfloat16)
+_HOST_DTYPES = frozenset(row.numpy for row in TABLE)
 
 
 class Array:
@@ -91,8 +89,10 @@ def adapt(x, name: str = "x", writable: bool = False) -> Array:
     raise TypeError(f"{name} must be a numpy or cupy array or a torch tensor, got {t.__name__}")
 
 
-def _check(view, name, strides):
+def _check(view, name, strides, device: bool = False):
     dtype_code(view.dtype)  # TypeError naming the supported dtypes
+    if device:
+        _device_dtype(view.dtype, name)
     if not view.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (got strides {strides}); pass a contiguous copy")
 
@@ -115,7 +115,7 @@ class _Cupy:
     name = "cupy array"
 
     def adapt(self, x, name, writable):
-        _check(x, name, x.strides)
+        _check(x, name, x.strides, device=True)
         return Array(x, x.reshape(-1), kernels_for(x), True, self)
 
     def empty(self, like: Array, n):
@@ -142,7 +142,7 @@ class _Torch:
             if seen is not None and seen[0] is t and seen[1] == ptr and seen[2] == t.shape and seen[4] is t.dtype:
                 return seen[3]  # the same small tensor again, same memory and shape: its view still holds
             dt = _TORCH_DTYPES.get(t.dtype)
-            if dt is not None and dt is not _BF16:
+            if dt is not None and dt not in ML_DTYPES:
                 a = t.numpy()  # zero-copy; no detach() needed without autograd, no dtype detour
                 arr = Array(t, a if a.ndim == 1 else a.reshape(-1), NUMPY_KERNELS, False, self)
                 if a.nbytes <= _SEEN_MAX_BYTES:
@@ -157,15 +157,16 @@ class _Torch:
         dt = _torch_dtype(torch, t.dtype, name)
         d = t.detach()
         if t.device.type == "cpu":
-            flat = (d.view(torch.int16).numpy().view(_BF16) if dt is _BF16 else d.numpy()).reshape(-1)
+            flat = (as_int(torch, d, dt).numpy().view(dt) if dt in ML_DTYPES else d.numpy()).reshape(-1)
             return Array(t, flat, NUMPY_KERNELS, False, self)
         if t.device.type != "cuda":
             raise TypeError(f"{name} is a torch tensor on {t.device}; only cpu and cuda tensors are supported")
+        _device_dtype(dt, name)
         import cupy
         stream = _TorchStream(torch, cupy, t.device)
         with cupy.cuda.Device(stream.device), stream.external:  # the export is ordered on torch's stream
-            flat = cupy.from_dlpack(d.view(torch.int16) if dt is _BF16 else d)
-        flat = flat.view(_BF16) if dt is _BF16 else flat
+            flat = cupy.from_dlpack(as_int(torch, d, dt) if dt in ML_DTYPES else d)
+        flat = flat.view(dt) if dt in ML_DTYPES else flat
         return Array(t, flat.reshape(-1), kernels_for(flat), True, self, stream)
 
     def empty(self, like: Array, n):
@@ -187,24 +188,29 @@ _TENSOR = [None]  # torch.Tensor, once a tensor has been adapted (torch stays un
 
 def tensor_in_heap(alloc, shape, dtype):
     """A CPU torch tensor of ``dtype`` over a heap array that ``alloc(shape, numpy dtype)``
-    makes (zero-copy; bfloat16 through an int16 view)."""
+    makes (zero-copy)."""
     import torch
 
-    dt = _torch_dtype(torch, dtype, "alloc")
-    a = alloc(shape, dt)
-    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if dt is _BF16 else torch.from_numpy(a)
+    return numpy_to_torch(torch, alloc(shape, _torch_dtype(torch, dtype, "alloc")), dtype)
 
 
 def _torch_dtype(torch, dtype, name) -> np.dtype:
     if not _TORCH_DTYPES:
         _TENSOR[0] = torch.Tensor
-        _TORCH_DTYPES.update({torch.float16: np.dtype(np.float16), torch.bfloat16: _BF16,
-                              torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
-                              torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64)})
+        _TORCH_DTYPES.update({t: row.numpy for t, row in torch_dtypes(torch).items()})
     dt = _TORCH_DTYPES.get(dtype)
     if dt is None:
-        raise TypeError(f"{name}: unsupported torch dtype {dtype}; supported: {', '.join(DTYPES)}")
+        raise TypeError(f"{name}: unsupported torch dtype {dtype}; supported: "
+                        f"{', '.join(str(t).removeprefix('torch.') for t in _TORCH_DTYPES)}")
     return dt
+
+
+def _device_dtype(dt: np.dtype, name: str) -> None:
+    """Device arrays only of the dtypes the CUDA kernels cover (TypeError otherwise)."""
+    row = info(dt)
+    if row.kernel is None:
+        raise TypeError(f"{name}: a device array of dtype {row.name}: the CUDA kernels cover "
+                        f"{', '.join(KERNEL_DTYPES)}; pass a host (numpy, CPU torch) array of {row.name}")
 
 
 class _TorchStream:

@@ -110,9 +110,10 @@ class Communicator(Resources):
 
         Args:
           x: contiguous numpy or cupy array, or torch tensor (CPU or CUDA).
-          op: "sum", "avg", "max", "min" or "prod". avg divides floating inputs by the
-            world size before summing (as NCCL does); integers are summed, then
-            divided, truncating toward zero.
+          op: "sum", "avg", "max", "min", "prod", "band", "bor" or "bxor", as x's dtype
+            takes them (dtypes.py). avg divides floating inputs by the world size
+            before summing (as NCCL does); integers are summed, then divided,
+            truncating toward zero.
           out: where to write (same size, dtype and kind); ``out=x`` is in place.
           async_op: return a Work instead of the result.
 

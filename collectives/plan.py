@@ -44,7 +44,7 @@ import numpy as np
 
 from .arrays import NUMPY, Array, adapt, check_overlap
 from .dispatch import IN_C, route
-from .dtypes import check_op, dtype_code
+from .dtypes import check_reduction, dtype_code
 from .fast.codes import has_c
 from .host.schedule import check_counts
 from .kernels import NUMPY_KERNELS
@@ -236,16 +236,16 @@ def even(comm, piece: int) -> tuple[tuple[int, ...], int]:
 
 
 def all_reduce(comm, key, x, op, out):
-    code = check_op(op)
     xa = adapt(x, "x")
+    code = check_reduction(xa.flat.dtype, op, "all_reduce", comm.rank, xa.device)
     oa, in_place = check_out(comm, out, xa, None, "all_reduce")
     hdr = header(comm, "all_reduce", xa, op=code, count=xa.flat.size)
     return finish(comm, key, "all_reduce", x, out, xa, oa, in_place, hdr, (op,), fresh=out is None), xa, oa
 
 
 def reduce_scatter(comm, key, x, op, out, counts):
-    code = check_op(op)
     xa = adapt(x, "x")
+    code = check_reduction(xa.flat.dtype, op, "reduce_scatter", comm.rank, xa.device)
     if counts is None:
         if xa.size % comm.size:
             raise ValueError(f"reduce_scatter: x has {xa.size} elements, not divisible by "

@@ -207,10 +207,12 @@ class Engine:
                 result, error = fn(), None
             except BaseException as e:  # handed to the waiter
                 result, error = None, e
+            fn = None  # before the waiter wakes: what the task held (the caller's arrays) is not kept here
             with self._cv:
                 self._inflight -= 1
                 self._cv.notify_all()
             work._finish(result, error)
+            work = result = error = None
 
     def close(self) -> None:
         with self._cv:

@@ -33,7 +33,7 @@ def optim_kernel(kind: str, lowp_dtype=None) -> str:
     name = dtype_name(lowp_dtype)
     if name not in ("bfloat16", "float16"):
         raise TypeError(f"out_lowp must be bfloat16 or float16, got {name}")
-    return f"rz_{kind}_f32_{launch.SUFFIX[name]}"
+    return f"rz_{kind}_f32_{launch.suffix(name)}"
 
 
 # optim.cu is compiled and launched by collectives' kernel set like its own kernels; it must not

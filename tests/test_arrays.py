@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from collectives import Communicator, simulate
-from collectives.dtypes import DTYPES, to_dtype
+from collectives.dtypes import to_dtype
 from collectives.transport import Fabric
 from inputs import data
 
@@ -51,7 +51,7 @@ def test_torch_cpu_every_dtype_every_collective(world):
 
     def fn(c):
         got = {}
-        for name in DTYPES:
+        for name in TORCH_DTYPES:
             x = tensor(data(n, c.rank, np.float64), name)
             o = torch.empty_like(x)
             res = {
@@ -72,7 +72,7 @@ def test_torch_cpu_every_dtype_every_collective(world):
     for kw in (dict(chunk_bytes=16, small_bytes=0), {}):
         results = simulate(world, fn, **kw)
         xs = [data(n, r, np.float64) for r in range(world)]
-        for name in DTYPES:
+        for name in TORCH_DTYPES:
             dt = to_dtype(name)
             total = np.sum(xs, axis=0).astype(dt)
             for r, res in enumerate(results):
@@ -110,8 +110,10 @@ def test_torch_refusals_are_clear():
     try:
         with pytest.raises(ValueError, match="must be contiguous.*contiguous()"):
             c.all_reduce(torch.zeros(4, 4).t())
-        with pytest.raises(TypeError, match="unsupported torch dtype torch.uint8"):
-            c.all_reduce(torch.zeros(4, dtype=torch.uint8))
+        with pytest.raises(TypeError, match="unsupported torch dtype torch.bits8"):
+            c.all_reduce(torch.empty(4, dtype=torch.bits8))
+        with pytest.raises(TypeError, match="op 'band' does not apply to dtype float32"):
+            c.all_reduce(torch.zeros(4), op="band")
         with pytest.raises(TypeError, match="out has dtype"):
             c.all_reduce(torch.zeros(4), out=torch.zeros(4, dtype=torch.float64))
         with pytest.raises(ValueError, match="out has 3 elements, expected 4"):

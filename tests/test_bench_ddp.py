@@ -1,5 +1,5 @@
-"""bench/ddp.py on 2 ranks: DDP and FSDP2 over ringzero, Gloo and free (no communication), a tiny model,
-valid JSON and plot; the ceiling columns; --backend leaves free out."""
+"""bench/ddp.py on 2 ranks: DDP and FSDP2 over ringzero, Gloo and free (no communication), FSDP2 with its
+buffers in ringzero's heap, a tiny model, valid JSON and plot; the ceiling columns; --backend leaves free out."""
 import json
 
 import numpy as np
@@ -24,7 +24,7 @@ def test_ddp_bench_small_run(tmp_path):
     assert doc["ranks"] == 2 and doc["batch"] == 4 and doc["notes"] == []
     recs = doc["records"]
     assert {(r["mode"], r["backend"]) for r in recs} == \
-        {(m, b) for m in ("ddp", "fsdp2") for b in ("ringzero", "gloo", "free")}
+        {(m, b) for m in ("ddp", "fsdp2") for b in ("ringzero", "gloo", "free")} | {("fsdp2-heap", "ringzero")}
     rec = {(r["mode"], r["backend"]): r for r in recs}
     for r in recs:
         assert r["model"] == "mlp" and r["params"] == PARAMS
@@ -35,14 +35,15 @@ def test_ddp_bench_small_run(tmp_path):
         if r["backend"] == "gloo":
             assert "ratio_vs_gloo" not in r
             continue
-        gloo, free = rec[(r["mode"], "gloo")]["rounds_ms"], rec[(r["mode"], "free")]["rounds_ms"]
+        base = "fsdp2" if r["mode"] == "fsdp2-heap" else r["mode"]  # Gloo's FSDP2 has no heap buffers
+        gloo, free = rec[(base, "gloo")]["rounds_ms"], rec[(base, "free")]["rounds_ms"]
         assert abs(r["ratio_vs_gloo"] - np.median([g / t for g, t in zip(gloo, r["rounds_ms"])])) < 1e-9
         if r["backend"] == "free":
             # no communication: unreduced gradients, so no loss comparison and no ceiling of its own
             assert not {"loss_rel_diff_vs_gloo", "ceiling_vs_gloo", "gain_share"} & set(r)
             continue
         assert abs(r["ceiling_vs_gloo"] - np.median([g / f for g, f in zip(gloo, free)])) < 1e-9
-        assert abs(r["ceiling_vs_gloo"] - rec[(r["mode"], "free")]["ratio_vs_gloo"]) < 1e-9
+        assert abs(r["ceiling_vs_gloo"] - rec[(base, "free")]["ratio_vs_gloo"]) < 1e-9
         share = np.median([(g - t) / (g - f) for g, t, f in zip(gloo, r["rounds_ms"], free)])
         assert abs(r["gain_share"] - share) < 1e-6
         # same data, same seed, same gradients: ringzero trains exactly as Gloo does (2 ranks: a + b is exact)
@@ -54,7 +55,7 @@ def test_ddp_bench_small_run(tmp_path):
     for mode in ("ddp", "fsdp2"):
         assert rec[(mode, "free")]["losses"][-1] != rec[(mode, "gloo")]["losses"][-1]
     rows = table_rows(p.stdout)
-    assert len(rows) == 6 and all(len(row) == 11 for row in rows)
+    assert len(rows) == 7 and all(len(row) == 11 for row in rows)
     for row in rows:
         assert row[5] == f"{rec[(row[1], row[2])]['cpu_ms']:.2f}"  # cpu(ms)
         assert row[7].endswith("x") == (row[2] != "gloo")  # vs gloo

@@ -8,16 +8,16 @@ import re
 import numpy as np
 import pytest
 
-from collectives.dtypes import DTYPES, bfloat16
+from collectives.dtypes import DTYPES, KERNEL_DTYPES, bfloat16
 from collectives.kernels import launch
 from sharding.optim_cuda import optim_kernel  # (registers sharding/kernels/optim.cu)
 
 
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
 @pytest.mark.parametrize("op", launch.REDUCE_OPS)
 def test_reduce_kernel_names(dtype, op):
     name = launch.reduce_kernel(op, DTYPES[dtype][0])
-    assert name == f"rz_reduce_{op}_{launch.SUFFIX[dtype]}"
+    assert name == f"rz_reduce_{op}_{DTYPES[dtype].kernel}"
     assert name in launch.kernel_names()["reduce.cu"]
 
 
@@ -35,8 +35,10 @@ def test_kernel_names_are_unique_and_complete():
 def test_bad_names_raise():
     with pytest.raises(ValueError, match="avg"):
         launch.reduce_kernel("avg", np.float32)  # avg is sum then scale
-    with pytest.raises(TypeError, match="unsupported dtype"):
+    with pytest.raises(TypeError, match="no CUDA kernels for dtype uint8"):
         launch.reduce_kernel("sum", np.uint8)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        launch.reduce_kernel("sum", np.float128)
     with pytest.raises(TypeError, match="no cast kernel"):
         launch.cast_kernel(np.float16, bfloat16)
     with pytest.raises(TypeError, match="bfloat16 or float16"):

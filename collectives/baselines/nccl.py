@@ -13,12 +13,10 @@ with a message saying so, instead of inside NCCL.
 """
 from __future__ import annotations
 
-from ..dtypes import dtype_name
+from ..dtypes import info
 from ..kernels import is_device_array
 from ..host.schedule import offsets
 
-_DTYPES = {"float16": "NCCL_FLOAT16", "bfloat16": "NCCL_BFLOAT16", "float32": "NCCL_FLOAT32",
-           "float64": "NCCL_FLOAT64", "int32": "NCCL_INT32", "int64": "NCCL_INT64"}
 _BFLOAT16_CODE = 9  # ncclBfloat16 in nccl.h, for cupy builds without the constant
 _OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN"}
 
@@ -68,14 +66,21 @@ class NcclAlgorithm:
 
     # ------------------------------------------------------------ helpers
     def _dtype(self, x) -> int:
-        name = dtype_name(x.dtype)
-        code = getattr(self.nccl, _DTYPES[name], None)
-        if code is None and name == "bfloat16":
+        """NCCL's type for x's dtype (the table's ``nccl`` column), or TypeError."""
+        row = info(x.dtype)
+        code = getattr(self.nccl, row.nccl, None) if row.nccl is not None else None
+        if code is None and row.name == "bfloat16":
             code = _BFLOAT16_CODE
+        if code is None:
+            raise TypeError(f"rank {self.rank}: algorithm='nccl' has no NCCL type for dtype {row.name}")
         return code
 
-    def _op(self, op: str) -> int:
-        return getattr(self.nccl, _OPS[op])
+    def _op(self, op: str, x) -> int:
+        name = _OPS.get(op)
+        if name is None:
+            raise TypeError(f"rank {self.rank}: algorithm='nccl' has no op {op!r} for dtype {info(x.dtype).name} "
+                            f"(NCCL reduces with {', '.join(_OPS)})")
+        return getattr(self.nccl, name)
 
     def _check(self, *arrays) -> None:
         for a in arrays:
@@ -90,12 +95,12 @@ class NcclAlgorithm:
         self._check(x, out)
         with self.cp.cuda.Device(self.device):
             if x.size:
-                self.nccl_comm.allReduce(x.data.ptr, out.data.ptr, x.size, self._dtype(x), self._op(op),
+                self.nccl_comm.allReduce(x.data.ptr, out.data.ptr, x.size, self._dtype(x), self._op(op, x),
                                          self._stream())
 
     def reduce_scatter(self, x, out, counts: list[int], op: str) -> None:
         self._check(x, out)
-        dt, nop, s = self._dtype(x), self._op(op), self._stream()
+        dt, nop, s = self._dtype(x), self._op(op, x), self._stream()
         item = x.dtype.itemsize
         with self.cp.cuda.Device(self.device):
             if len(set(counts)) == 1:

@@ -29,13 +29,11 @@ import threading
 
 import numpy as np
 
-from ..dtypes import dtype_name
+from ..dtypes import accumulate_dtype
 from . import launch
 from .which import is_device_array
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
-_DIVISOR_TYPE = {"float16": np.float32, "bfloat16": np.float32, "float32": np.float32,
-                 "float64": np.float64, "int32": np.int32, "int64": np.int64}
 _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction from unified addressing
 
 
@@ -248,7 +246,7 @@ class CudaKernels:
         if int(divisor) < 1:
             raise ValueError(f"scale: divisor must be >= 1, got {divisor}")
         x = _flat(x, "x")
-        d = _DIVISOR_TYPE[dtype_name(x.dtype)](divisor)
+        d = accumulate_dtype(x.dtype).type(divisor)  # float32 for the half types
         self._launch(launch.scale_kernel(x.dtype), x.size, [x], (x,), (d,))
 
     def synchronize(self) -> None:

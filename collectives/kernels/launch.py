@@ -1,9 +1,8 @@
 """Launch arithmetic for the CUDA kernels in csrc/, in plain Python.
 
-Nothing here touches a GPU, so all of it is unit-tested on any machine
-(tests/test_kernels_launch.py): which kernel name serves a dtype and op,
-how wide a vector is, where the aligned part of a buffer starts and ends
-(the scalar head and tail around it), and how many blocks to launch.
+Nothing here touches a GPU, so all of it is unit-tested anywhere (tests/test_kernels_launch.py):
+which kernel serves a dtype and op, how wide a vector is, where a buffer's aligned
+part starts and ends (the scalar head and tail around it), how many blocks to launch.
 
 Every kernel walks its buffers the same way: elements [head, head + nvec*V)
 as aligned vectors of V elements, the others ([0, head) and the tail) one
@@ -19,7 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..dtypes import DTYPES, dtype_name
+from ..dtypes import DTYPES, KERNEL_DTYPES, dtype_name
 
 VECTOR_BYTES = 16  # one 128-bit load or store per thread and buffer
 BLOCK = 256  # threads per block; the kernels declare __launch_bounds__(256)
@@ -34,8 +33,6 @@ REG_ALLOC_UNIT = 256  # registers are handed to warps in units of 256
 # HBM latency. tests/test_cuda_sass.py checks every kernel against it.
 MIN_BLOCKS_PER_SM = 4
 REDUCE_OPS = ("sum", "prod", "max", "min")
-SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
-          "float64": "f64", "int32": "i32", "int64": "i64"}
 CASTS = (("float32", "bfloat16"), ("float32", "float16"), ("bfloat16", "float32"), ("float16", "float32"))
 LOWP = (None, "bfloat16", "float16")
 
@@ -102,12 +99,19 @@ def reduce_kernel(op: str, dtype) -> str:
     """rz_reduce_<op>_<dtype>: out = op(a, b)."""
     if op not in REDUCE_OPS:
         raise ValueError(f"no reduce kernel for op {op!r}; kernels exist for {', '.join(REDUCE_OPS)}")
-    return f"rz_reduce_{op}_{SUFFIX[dtype_name(dtype)]}"
+    return f"rz_reduce_{op}_{suffix(dtype)}"
 
 
 def scale_kernel(dtype) -> str:
     """rz_scale_<dtype>: x /= divisor."""
-    return f"rz_scale_{SUFFIX[dtype_name(dtype)]}"
+    return f"rz_scale_{suffix(dtype)}"
+
+
+def suffix(dtype) -> str:
+    """The kernels' suffix for ``dtype`` (the dtype table's), or TypeError naming those they cover."""
+    if DTYPES[dtype_name(dtype)].kernel is None:
+        raise TypeError(f"no CUDA kernels for dtype {dtype_name(dtype)}; they cover {', '.join(KERNEL_DTYPES)}")
+    return DTYPES[dtype_name(dtype)].kernel
 
 
 def cast_kernel(src_dtype, dst_dtype) -> str:
@@ -116,14 +120,14 @@ def cast_kernel(src_dtype, dst_dtype) -> str:
     if pair not in CASTS:
         raise TypeError(f"no cast kernel from {pair[0]} to {pair[1]}; "
                         f"casts: {', '.join(f'{s}->{d}' for s, d in CASTS)}")
-    return f"rz_cast_{SUFFIX[pair[0]]}_{SUFFIX[pair[1]]}"
+    return f"rz_cast_{suffix(pair[0])}_{suffix(pair[1])}"
 
 
 def kernel_names() -> dict[str, list[str]]:
     """Every entry point each .cu file must define (checked against nvcc's output)."""
     return {
-        "reduce.cu": [reduce_kernel(op, d) for d in DTYPES for op in REDUCE_OPS],
-        "cast.cu": [cast_kernel(s, d) for s, d in CASTS] + [scale_kernel(d) for d in DTYPES],
+        "reduce.cu": [reduce_kernel(op, d) for d in KERNEL_DTYPES for op in REDUCE_OPS],
+        "cast.cu": [cast_kernel(s, d) for s, d in CASTS] + [scale_kernel(d) for d in KERNEL_DTYPES],
         **_REGISTERED,
     }
 

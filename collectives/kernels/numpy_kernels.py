@@ -3,7 +3,9 @@
 The ring executor calls only these methods, so the CUDA set in
 ``cuda_kernels.py`` can stand in for it without a change to the algorithms.
 Every array argument is a 1-D contiguous view; ``op`` is one of
-sum/prod/max/min (avg is sum followed by :meth:`scale`).
+sum/prod/max/min/band/bor/bxor (avg is sum followed by :meth:`scale`), on a
+dtype that takes it (dtypes.check_reduction). numpy's ufuncs on bool arrays
+are the logic the table promises: add is or, multiply is and.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import numpy as np
 from ..dtypes import HALF, dtype_name, to_dtype
 
 _HALF_DTYPES = frozenset(to_dtype(name) for name in HALF)
-_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+          "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
 
 
 class NumpyKernels:
@@ -30,7 +33,7 @@ class NumpyKernels:
 
     def reduce(self, op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         """out = op(a, b), elementwise. ``out`` may alias ``a`` or ``b``."""
-        f = _UFUNCS[op]
+        f = UFUNCS[op]
         if a.dtype in _HALF_DTYPES:
             # compute in float32, round once: the same answer as the CUDA kernel
             out[...] = f(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
@@ -42,7 +45,8 @@ class NumpyKernels:
         self.reduce(op, dst, src, dst)
 
     def scale(self, x: np.ndarray, divisor: int) -> None:
-        """x /= divisor in place (the second half of avg). Integers truncate toward zero."""
+        """x /= divisor in place (the second half of avg). Integers truncate toward zero;
+        complex types divide both parts."""
         if x.dtype.kind == "u":
             np.floor_divide(x, x.dtype.type(divisor), out=x)
         elif x.dtype.kind == "i":

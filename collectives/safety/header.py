@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from ..dtypes import COLLECTIVE_CODES, DTYPES, OPS
+from ..dtypes import COLLECTIVE_CODES, OPS, TABLE
 
 FIELDS = ("version", "seq", "collective", "op", "dtype", "count", "counts", "root",
           "algorithm", "chunk", "small", "device")
@@ -24,7 +24,7 @@ ALGORITHMS = {"ring": 1, "mpi": 2, "nccl": 3}
 _NAMES = {
     "collective": {v: k for k, v in COLLECTIVES.items()},
     "op": {v: k for k, v in OPS.items()},
-    "dtype": {code: name for name, (_, code) in DTYPES.items()},
+    "dtype": {row.code: row.name for row in TABLE},
     "algorithm": {v: k for k, v in ALGORITHMS.items()},
 }
 

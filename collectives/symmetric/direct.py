@@ -24,6 +24,7 @@ import numpy as np
 from .. import roads
 from ..dtypes import HALF, to_dtype
 from ..kernels import NUMPY_KERNELS
+from ..kernels.numpy_kernels import UFUNCS
 from ..roads import Facts, Road
 from . import stage
 from .allreduce import AllReduce, flat
@@ -36,7 +37,7 @@ from .signals import CMA_WIN, DONE, INPUT, PRIVATE, READY
 
 _F32 = np.dtype(np.float32)
 _HALF = frozenset(to_dtype(h) for h in HALF)
-_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+_UFUNCS = {**UFUNCS, "avg": np.add}
 
 
 class Direct:

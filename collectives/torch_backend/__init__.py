@@ -115,7 +115,7 @@ def alloc(shape, dtype=None, group=None):
 
     Args:
       shape: the tensor's shape.
-      dtype: float32 (default), float64, float16, bfloat16, int32 or int64.
+      dtype: a torch dtype of the dtype table (collectives/dtypes.py); float32 by default.
       group: a ringzero process group (default: the default group).
     """
     import torch

@@ -26,12 +26,23 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
                                         ReduceScatterOptions)
 
 from ..communicator import Communicator
-from ..errors import CollectiveError
+from ..errors import CollectiveTimeout
+from .errors import torch_error
 from .ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
 from .ops import plain_op as _plain_op
 from .mpi_calls import MpiCalls
+from . import sparse
+from .heap_pool import HeapPool
 from .rooted import GroupNames, RootedCollectives
 from ..work import Work
+
+
+def _contiguous(t) -> bool:
+    """``t.is_contiguous()``; False for the compressed sparse layouts, which raise there."""
+    try:
+        return t.is_contiguous()
+    except RuntimeError:
+        return False
 
 
 # torch 2.13 says on every options object whether the call blocks (older torch does not: async path)
@@ -55,6 +66,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         self._group_name = ""
         self._group_desc = ""
         self._closed = False
+        self._pool = None  # FSDP2's comm buffers in the heap (allocate_tensor)
 
     def shutdown(self) -> None:
         """Finish queued work, stop the progress thread, free the MPI communicators
@@ -77,21 +89,26 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
     # torch's own "finished already" (every blocking dist.* call, the only callers
     # that set asyncOp False, skips wait() on None; a Work costs ~1.5 us, and an
     # error is raised here, as wait() would have). Else the call is queued and the
-    # lane returns a OneWork (its future, made when asked for, completes from the
-    # progress thread; a waiter runs the collective itself when it is next in
-    # line). The lanes are written out, with no closure or helper between torch
-    # and the Communicator: each Python call there cost ~0.2 us of a 1 KiB call's ~6.
+    # lane returns a OneWork (its future completes from the progress thread). The
+    # lanes are written out, with no closure or helper between torch and the Communicator.
     def allreduce(self, tensors, opts=AllreduceOptions()):
         ro = opts.reduceOp
         op = _plain_op(ro)
         if op is not None and len(tensors) == 1:
             t = tensors[0]  # the common call (DDP's buckets too): nothing to stage
-            if t.is_contiguous():
+            if _contiguous(t):
                 if _BLOCKING and not opts.asyncOp:
-                    self.comm.all_reduce(t, op=op, out=t)
+                    try:
+                        self.comm.all_reduce(t, op=op, out=t)
+                    except CollectiveTimeout as e:  # torch's DistBackendError (ops.torch_error)
+                        raise torch_error(e) from None
                     return None
                 return OneWork(self.comm.all_reduce(t, op=op, out=t, async_op=True), tensors)
         op, factor = reduce_op(ro, "allreduce")
+        if any(t.layout is not torch.strided for t in tensors):  # sparse COO: gathered (sparse.py)
+            for t in tensors:
+                sparse.check_layout(t, op, factor, self.comm.rank)
+            return sparse.all_reduce(self.comm, tensors)
         stage = Stage()
         launches = []
         for t in tensors:
@@ -108,7 +125,10 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         if output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and output.numel() == input.numel() * self.comm.size:  # FSDP2's common call: nothing to stage
             if _BLOCKING and not opts.asyncOp:
-                self.comm.all_gather(input, out=output)
+                try:
+                    self.comm.all_gather(input, out=output)
+                except CollectiveTimeout as e:
+                    raise torch_error(e) from None
                 return None
             return OneWork(self.comm.all_gather(input, out=output, async_op=True), [output])
         return self.all_gather_single_coalesced([output], [input], opts)
@@ -130,7 +150,10 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         if op is not None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and input.numel() == output.numel() * self.comm.size:  # the common call: nothing to stage
             if _BLOCKING and not opts.asyncOp:
-                self.comm.reduce_scatter(input, op=op, out=output)
+                try:
+                    self.comm.reduce_scatter(input, op=op, out=output)
+                except CollectiveTimeout as e:
+                    raise torch_error(e) from None
                 return None
             return OneWork(self.comm.reduce_scatter(input, op=op, out=output, async_op=True), [output])
         return self.reduce_scatter_single_coalesced([output], [input], opts)
@@ -195,6 +218,25 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
     def barrier(self, opts=BarrierOptions()):
         return self._start([lambda a: self.comm.barrier(async_op=a)], [], Stage(), opts)
 
+    # ------------------------------------------------- FSDP2's comm buffers
+    def supports_tensor_alloc(self, device) -> bool:
+        """Whether :meth:`allocate_tensor` serves ``device``: CPU tensors, from the heap."""
+        return torch.device(device).type == "cpu"
+
+    def _get_backend(self, device):
+        """The group is its own backend (torch registers none inside it): FSDP2 asks it for
+        ``supports_tensor_alloc`` through this."""
+        return self
+
+    def allocate_tensor(self, size: int, *, dtype, device) -> torch.Tensor:
+        """A 1-D CPU tensor of ``size`` elements in the node's heap (heap_pool.py): FSDP2's
+        all-gather and reduce-scatter buffers under ``set_allocate_memory_from_process_group_for_comm``."""
+        if not self.supports_tensor_alloc(device):
+            raise ValueError(f"allocate_tensor on rank {self.comm.rank}: the heap serves CPU tensors, not {device}")
+        if self._pool is None:
+            self._pool = HeapPool(self.comm)
+        return self._pool.tensor(size, dtype)
+
     # aliases older torch dispatches to
     _allgather_base = all_gather_single
     _reduce_scatter_base = reduce_scatter_single
@@ -242,7 +284,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
                     raise errors[0]
                 stage.copy_back()
             except BaseException as e:
-                fut.set_exception(e if isinstance(e, Exception) else CollectiveError(repr(e)))
+                fut.set_exception(torch_error(e))
                 return
             fut.set_result(outputs)
 

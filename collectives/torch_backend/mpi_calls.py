@@ -20,6 +20,7 @@ from torch._C._distributed_c10d import AllToAllOptions, ScatterOptions
 from ..arrays import adapt
 from ..errors import CollectiveTimeout
 from ..host.schedule import offsets
+from .errors import torch_error
 from .ops import Stage, split_counts
 
 
@@ -47,7 +48,10 @@ class P2PWork(dist.Work):
 
     def wait(self, timeout=None) -> bool:
         if not self._done:
-            _poll(self._req, self._timeout, self._what, self._status)
+            try:
+                _poll(self._req, self._timeout, self._what, self._status)
+            except CollectiveTimeout as e:  # torch's DistBackendError
+                raise torch_error(e) from None
             if self._back is not None:
                 self._back()
             self._done = True

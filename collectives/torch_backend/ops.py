@@ -8,10 +8,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-from ..errors import CollectiveError
+from ..dtypes import torch_dtypes
+from ..errors import CollectiveTimeout
+from .errors import torch_error
 
-_OPS = {ReduceOp.SUM: "sum", ReduceOp.AVG: "avg", ReduceOp.PRODUCT: "prod",
-        ReduceOp.MIN: "min", ReduceOp.MAX: "max"}
+_OPS = {ReduceOp.SUM: "sum", ReduceOp.AVG: "avg", ReduceOp.PRODUCT: "prod", ReduceOp.MIN: "min",
+        ReduceOp.MAX: "max", ReduceOp.BAND: "band", ReduceOp.BOR: "bor", ReduceOp.BXOR: "bxor"}
 # Keyed by the enum's integer: hashing a pybind enum costs ~1.5 us, its .value ~0.2 us.
 OP_NAMES = {kind.value: name for kind, name in _OPS.items()}
 
@@ -32,9 +34,9 @@ def plain_op(op) -> str | None:
 
 
 def op_name(op) -> str | None:
-    """The Communicator's name for a plain ReduceOp (SUM, AVG, PRODUCT, MIN, MAX); None for
-    PREMUL_SUM and unsupported ops (which :func:`reduce_op` handles, or names in its error).
-    ``op`` must be a ``ReduceOp`` (not a ``RedOpType``)."""
+    """The Communicator's name for a plain ReduceOp (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR,
+    BXOR); None for PREMUL_SUM and unsupported ops (which :func:`reduce_op` handles, or
+    names in its error). ``op`` must be a ``ReduceOp`` (not a ``RedOpType``)."""
     return OP_NAMES.get(hash(op) if _HASH_IS_KIND else op.op.value)
 
 
@@ -63,7 +65,7 @@ def reduce_op(op, what: str) -> tuple[str, float | None]:
             factor = float(factor.item())
         return "sum", float(factor)
     raise ValueError(f"{what}: reduce op {kind} is not supported by the ringzero backend "
-                     f"(supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
+                     f"(supported: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR, PREMUL_SUM)")
 
 
 def _succeeded(done: bool, result) -> bool:
@@ -93,7 +95,15 @@ class FutureWork(dist.Work):
     def wait(self, timeout=None) -> bool:
         for w in self._works:  # still queued and next in line: run here, not via the thread
             w.run_here()
-        self._fut.wait()  # raises the collective's error; the Communicator's deadline bounds it
+        try:
+            self._fut.wait()  # raises the collective's error; the Communicator's deadline bounds it
+        except Exception:
+            for w in self._works:  # the error itself (torch's future keeps only its text)
+                try:
+                    w.result()
+                except BaseException as e:
+                    raise torch_error(e) from None
+            raise
         return True
 
     def get_future(self) -> torch.futures.Future:
@@ -127,7 +137,10 @@ class OneWork(dist.Work):
         self._lock = threading.Lock()
 
     def wait(self, timeout=None) -> bool:
-        self._work.join()  # raises the collective's error; the Communicator's deadline bounds it
+        try:
+            self._work.join()  # raises the collective's error; the Communicator's deadline bounds it
+        except CollectiveTimeout as e:
+            raise torch_error(e) from None
         return True
 
     def get_future(self) -> torch.futures.Future:
@@ -141,7 +154,7 @@ class OneWork(dist.Work):
         try:
             work.result()
         except BaseException as e:  # handed to whoever waits on the future
-            self._fut.set_exception(e if isinstance(e, Exception) else CollectiveError(repr(e)))
+            self._fut.set_exception(torch_error(e))
             return
         self._fut.set_result(self._outputs)
 
@@ -166,7 +179,7 @@ class DoneWork(dist.Work):
 
     def __init__(self, outputs, error: Exception | None = None):
         super().__init__()
-        self._outputs, self._error, self._fut = outputs, error, None
+        self._outputs, self._error, self._fut = outputs, None if error is None else torch_error(error), None
 
     def wait(self, timeout=None) -> bool:
         if self._error is not None:
@@ -243,9 +256,14 @@ class Stage:
 
 
 def premul_factor(factor, t, what):
-    if not t.is_floating_point():
-        raise TypeError(f"{what}: PREMUL_SUM needs a floating-point tensor, got {t.dtype}")
+    row = _ROWS.get(t.dtype)
+    if row is None or row.kind not in ("float", "half", "complex"):
+        raise TypeError(f"{what}: PREMUL_SUM needs a floating-point tensor that sums "
+                        f"(float16, bfloat16, float32, float64), got {t.dtype}")
     return factor
+
+
+_ROWS = torch_dtypes(torch)  # the dtype table's rows by torch dtype
 
 
 def same_length(a, b, what):

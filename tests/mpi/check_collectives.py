@@ -14,7 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Communicator
-from collectives.dtypes import DTYPES, to_dtype
+from collectives.dtypes import KERNEL_DTYPES, to_dtype
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from inputs import data  # noqa: E402  (tests/inputs.py)
@@ -79,7 +79,7 @@ def uneven(count):
     return [0] + rest
 
 
-for dname in DTYPES:
+for dname in KERNEL_DTYPES:
     dt = to_dtype(dname)
     for op in OPS:
         counts = COUNTS + (BIG if dname == "float32" and op in ("sum", "avg") else [])

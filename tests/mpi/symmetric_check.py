@@ -21,7 +21,7 @@ from collectives import Communicator  # before mpi4py starts MPI: it keeps the U
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
-from collectives.dtypes import DTYPES, to_dtype
+from collectives.dtypes import KERNEL_DTYPES, to_dtype
 from collectives.errors import CollectiveTimeout, MismatchError
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,7 +71,7 @@ def grid():
     sym = comm.symmetric
     hier = sym.hier
     extra["path"] = "ring" if not sym.enabled else "direct" if hier is None else f"hier {hier.nodes}x{hier.k}"
-    for dname in DTYPES:
+    for dname in KERNEL_DTYPES:
         dt = to_dtype(dname)
         top = max(COUNTS + BIG) * n
         hx, ho, hg = comm.alloc((top,), dt), comm.alloc((top,), dt), comm.alloc((2, top // 2), dt)

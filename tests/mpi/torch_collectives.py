@@ -274,14 +274,18 @@ d = distribute_tensor(whole, init_device_mesh("cpu", (N,)), [Shard(0)])
 check(d.full_tensor(), whole.numpy(), "DTensor full_tensor")
 check(d.redistribute(d.device_mesh, [Replicate()]).to_local(), whole.numpy(), "DTensor redistribute")
 
-# the unsupported op names itself
+# BAND on integers works (tests/mpi/torch_dtypes.py has every dtype and op); on floats the
+# error names the op and the dtype
+bits = torch.tensor([0b1110 | (1 << R), 0b0111], dtype=torch.int32)
+dist.all_reduce(bits, op=dist.ReduceOp.BAND)
+check(bits, np.array([0b1110 if N > 1 else 0b1111, 0b0111]), "all_reduce BAND int32")
 try:
-    dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)
-    failures.append(f"FAIL rank {R} BAND did not raise")
-except Exception as e:  # noqa: BLE001
+    dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND)
+    failures.append(f"FAIL rank {R} BAND on float32 did not raise")
+except TypeError as e:
     checks += 1
-    if "BAND" not in str(e):
-        failures.append(f"FAIL rank {R} BAND error does not name the op: {e}")
+    if "'band'" not in str(e) or "float32" not in str(e):
+        failures.append(f"FAIL rank {R} BAND error does not name the op and dtype: {e}")
 
 T1 = time.monotonic()
 if "--train" in sys.argv:

@@ -13,7 +13,7 @@ import torch
 from mpi4py import MPI
 
 from collectives import Communicator
-from collectives.dtypes import DTYPES, to_dtype
+from collectives.dtypes import KERNEL_DTYPES, to_dtype
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from inputs import data  # noqa: E402  (tests/inputs.py)
@@ -45,7 +45,7 @@ def check(label, got, want, name, same_object=None):
 
 
 for cname, c in comms.items():
-    for name in DTYPES:
+    for name in KERNEL_DTYPES:
         for count in (0, 1, 7, 1000 + n) + (() if cname.startswith("ring/tiny") else (70001,)):
             xs = [data(count, r, np.float64) for r in range(n)]
             total = np.sum(xs, axis=0)
