@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from collectives.gpu_ring.host import HostBackend, HostBuffer, build, tsan_preload  # noqa: E402
 
-from collectives.dtypes import DTYPES  # noqa: E402
+from collectives.dtypes import DTYPES, KERNEL_DTYPES  # noqa: E402
 from collectives.errors import CollectiveTimeout  # noqa: E402
 from collectives.gpu_ring import layout, reference  # noqa: E402
 from collectives.gpu_ring.plan import split_counts  # noqa: E402
@@ -141,7 +141,7 @@ class Harness:
 
 def matrix(h: Harness, worlds=(2, 3, 4, 5), small: bool = True, few: bool = False) -> None:
     """The case matrix; ``few`` keeps a subset (TSan, broken builds)."""
-    dts = list(DTYPES) if not few else ["float32", "bfloat16"]
+    dts = list(KERNEL_DTYPES) if not few else ["float32", "bfloat16"]
     for n in worlds:
         rng = np.random.default_rng(n)
         for gi, (nch, slots, slot, block) in enumerate(GEOMETRIES):
@@ -151,7 +151,7 @@ def matrix(h: Harness, worlds=(2, 3, 4, 5), small: bool = True, few: bool = Fals
             ring = Ring.virtual(h.backend, n, geo, timeout_s=20.0)
             k = 0
             for di, d in enumerate(dts):
-                dt = DTYPES[d][0]
+                dt = DTYPES[d].numpy
                 for oi, op in enumerate(OPS):
                     for coll in ("reduce_scatter", "all_reduce", "all_gather"):
                         if coll == "all_gather" and oi:
@@ -177,7 +177,7 @@ def small_cases(h: Harness, ring: Ring, n: int, rng, dts) -> None:
     h.backend.block = 4
     k = 0
     for d in dts:
-        dt = DTYPES[d][0]
+        dt = DTYPES[d].numpy
         for op in OPS:
             for kind, coll in (("oneshot", "all_reduce"), ("twoshot", "all_reduce"), ("oneshot", "reduce_scatter"),
                                ("oneshot", "all_gather")):

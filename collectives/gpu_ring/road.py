@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..dtypes import DTYPES
+from ..dtypes import KERNEL_DTYPES, dtype_name
 from . import layout, tuning
 from .plan import COLLECTIVES
 from .source import OPS
@@ -73,10 +73,11 @@ def can_serve(collective: str, dtype, op: str | None, nbytes: int, world: int, *
     if collective not in COLLECTIVES:
         return Verdict(False, f"{collective} is not a collective of the GPU kernel ring")
     try:
-        import numpy as np
-        name = next(n for n, (d, _) in DTYPES.items() if d == np.dtype(dtype))
-    except (StopIteration, TypeError):
-        return Verdict(False, f"dtype {dtype} is not one of {', '.join(DTYPES)}")
+        name = dtype_name(dtype)
+    except TypeError:
+        name = None
+    if name not in KERNEL_DTYPES:
+        return Verdict(False, f"dtype {dtype} is not one of the kernels' {', '.join(KERNEL_DTYPES)}")
     if collective != "all_gather" and op not in OPS:
         return Verdict(False, f"op {op!r}: the kernels reduce with {', '.join(OPS)} (avg as sum around them)")
     if not 2 <= world <= layout.MAX_RANKS:

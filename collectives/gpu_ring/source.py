@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..dtypes import DTYPES, dtype_name
+from ..dtypes import DTYPES, KERNEL_DTYPES, dtype_name
 
 FILES = ("ring.cu", "ring_small.cu")
 OPS = ("sum", "prod", "max", "min")
-SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64"}
+SUFFIX = {name: DTYPES[name].kernel for name in KERNEL_DTYPES}  # the dtype table's kernel suffixes
 BLOCK = 512  # threads per block on a GPU (RZ_BLOCK, the kernels' __launch_bounds__)
 # what NVRTC and nvcc get: IEEE division and no flush of subnormals, as collectives/kernels does
 OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true")
@@ -101,7 +101,7 @@ def _op(op) -> str:
 def kernel_names() -> dict[str, list[str]]:
     """Every entry point each file defines (the SASS test and the host build check them)."""
     ring, small = ["rz_ring_ag"], ["rz_oneshot_ag"]
-    for d in DTYPES:
+    for d in KERNEL_DTYPES:
         for op in OPS:
             ring += [ring_kernel("reduce_scatter", op, d), ring_kernel("all_reduce", op, d)]
             small += [small_kernel("oneshot", "all_reduce", op, d), small_kernel("oneshot", "reduce_scatter", op, d),
