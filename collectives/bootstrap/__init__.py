@@ -87,7 +87,10 @@ class Bootstrap(ABC):
           hint: the way out, added to the message once.
           error: the SetupError subclass to raise.
         """
-        outcomes = self.allgather_obj((bool(ok), "" if ok else str(detail)))
+        try:
+            outcomes = self.allgather_obj((bool(ok), "" if ok else str(detail)))
+        except SetupError as e:  # a rank never came: say which step it missed, in the caller's terms
+            raise SetupError(f"{e}; the step: {what}") from None
         failed = [(q, d) for q, (good, d) in enumerate(outcomes) if not good]
         if failed:
             why = "; ".join(f"rank {q}: {d}" for q, d in failed)
