@@ -14,14 +14,13 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from ..arrays import adapt
 from ..errors import CollectiveError, CollectiveTimeout
 from ..host.schedule import offsets
 
 
 def _np(t):
-    """A contiguous CPU tensor's memory as a uint8 numpy view."""
-    return adapt(t, "tensor", writable=True).flat.view("u1")
+    """A contiguous CPU uint8 tensor's memory as a numpy view."""
+    return t.detach().numpy()
 
 
 class MpiWire:
