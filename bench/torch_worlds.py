@@ -3,7 +3,8 @@
     python bench/torch_worlds.py --np 2 --reps 5 --json bench/results/.../worlds-n2.json
 
 launches this file ``--reps`` times each way, alternating (mpirun, torchrun,
-mpirun, ...), so both meet the same machine state; every launch times
+mpirun, ...; ``--bound`` adds torchrun with every rank bound to one core, as
+mpirun binds them), so every way meets the same machine state; every launch times
 ``dist.all_reduce`` in place on ``collectives.torch_backend.alloc`` tensors of
 64 KiB, 1 MiB and 16 MiB (float32) and prints one JSON line. The summary gives,
 per size, the median over launches of each launch's median call, and the ratio
@@ -35,6 +36,8 @@ def measure() -> None:
     sys.path.insert(0, str(ROOT))
     import collectives.torch_backend as rz
 
+    if os.environ.get("RZ_BIND"):  # one core per rank, as mpirun binds them (torchrun does not)
+        os.sched_setaffinity(0, {int(os.environ["LOCAL_RANK"]) % os.cpu_count()})
     dist.init_process_group("ringzero")
     pg = dist.group.WORLD
     out = {"world": rz.world().kind, "ranks": dist.get_world_size(), "us": {}, "road": {}}
@@ -70,6 +73,8 @@ def launch(how: str, n: int) -> dict:
     for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(v, None)
     me = [str(Path(__file__).resolve()), "--measure"]
+    if how == "torchrun-bound":
+        env["RZ_BIND"] = "1"
     if how == "mpirun":
         over = ["--oversubscribe"] if n > os.cpu_count() else []
         cmd = [str(bin_ / "mpirun"), *over, "-n", str(n), sys.executable, *me]
@@ -91,24 +96,28 @@ def main() -> int:
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5, help="launches each way, alternating")
     ap.add_argument("--json", help="write every launch and the summary here")
+    ap.add_argument("--bound", action="store_true",
+                    help="also torchrun with each rank bound to one core (torchrun-bound), as mpirun binds")
     args = ap.parse_args()
     if args.measure:
         measure()
         return 0
     runs = []
+    ways = ("mpirun", "torchrun") + (("torchrun-bound",) if args.bound else ())
     for i in range(args.reps):
-        for how in ("mpirun", "torchrun") if i % 2 == 0 else ("torchrun", "mpirun"):
+        for how in ways if i % 2 == 0 else ways[::-1]:
             runs.append(launch(how, args.np))
             r = runs[-1]
             print(f"{how:8s} ({r['world']} world): " + ", ".join(
                 f"{int(k) >> 10} KiB {v:.1f} us ({r['road'][k]})" for k, v in r["us"].items()), flush=True)
     summary = {}
-    print(f"{'size':>8} {'mpirun us':>10} {'torchrun us':>12} {'ratio':>6}")
+    print(f"{'size':>8} " + " ".join(f"{h + ' us':>17}" for h in ways) + "   ratio(s) to mpirun")
     for nbytes in SIZES:
         k = str(nbytes)
-        med = {h: statistics.median(r["us"][k] for r in runs if r["launcher"] == h) for h in ("mpirun", "torchrun")}
-        summary[k] = dict(med, ratio=med["torchrun"] / med["mpirun"])
-        print(f"{nbytes >> 10:>5} KiB {med['mpirun']:>10.1f} {med['torchrun']:>12.1f} {summary[k]['ratio']:>6.3f}")
+        med = {h: statistics.median(r["us"][k] for r in runs if r["launcher"] == h) for h in ways}
+        summary[k] = dict(med, **{f"ratio_{h}": med[h] / med["mpirun"] for h in ways[1:]})
+        print(f"{nbytes >> 10:>5} KiB " + " ".join(f"{med[h]:>17.1f}" for h in ways) + "   " +
+              " ".join(f"{summary[k]['ratio_' + h]:.3f}" for h in ways[1:]))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"np": args.np, "reps": args.reps, "runs": runs, "summary": summary},

@@ -42,7 +42,7 @@ if R < 2:
         result("setup step", False, "no error")
     except SetupError as e:
         ok = "setup step 'barrier' timed out after 2 s" in str(e) and "rank(s) [2] of 3 never joined" in str(e)
-        result("setup step", ok and time.monotonic() - t0 < 10, str(e))
+        result("setup step", ok and time.monotonic() - t0 < 20, str(e))
 done = StoreBootstrap(store, R, N, timeout=30, prefix="sync")
 done.barrier()
 
@@ -57,7 +57,7 @@ if R < 2:
     except CollectiveTimeout as e:
         took = time.monotonic() - t0
         ok = "rank 2 never arrived" in str(e) and f"rank {R}:" in str(e)
-        result("collective timeout", ok and took < 3 + 2 + 3, f"after {took:.1f} s: {e}")
+        result("collective timeout", ok and took < 3 + 2 + 15, f"after {took:.1f} s: {e}")  # timeout, grace, load
         print(f"rank {R} after {took:.1f} s: {e}", flush=True)
 done.barrier()
 t0 = time.monotonic()
