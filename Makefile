@@ -17,7 +17,7 @@ CORES   := $(shell nproc)
 over     = $(shell [ $(1) -gt $(CORES) ] && echo --oversubscribe)
 MPIRUN  := $(BIN)/mpirun
 
-.PHONY: venv test demo bench bench-torch bench-ddp tune explain gpu-check gpu-wheels clean
+.PHONY: venv test test-torch-suite demo bench bench-torch bench-ddp tune explain gpu-check gpu-wheels clean
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
@@ -30,6 +30,10 @@ $(STAMP): requirements.txt setup.py csrc/fastpath.c csrc/pipe.c csrc/wait.c csrc
 
 test: $(STAMP)  ## the whole suite: simulated ranks, real mpirun jobs (n=1..5), nvcc compile checks
 	$(BIN)/python -m pytest -q tests
+
+test-torch-suite: $(STAMP)  ## PyTorch's own distributed tests (its wheel's distributed_test.py) for Gloo and ringzero, 2 and 3 ranks, under mpirun and the suite's harness
+	mkdir -p build
+	$(BIN)/python tests/torch_suite/run.py --world 2,3 --mode mpirun,spawn --json build/torch-suite.json
 
 demo: $(STAMP)  ## one correctness line per collective, a short ring-vs-MPI sweep, ZeRO-3 steps, FSDP2 over ringzero
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python examples/demo.py

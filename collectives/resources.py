@@ -74,6 +74,11 @@ class Resources:
     def _baseline(self, algorithm: str):
         """Other libraries' collectives (collectives/baselines), made only when asked for."""
         if algorithm == "mpi":
+            if getattr(self.bootstrap, "mpi_comm", None) is None:  # checked before mpi4py initialises MPI
+                raise ValueError(f"algorithm='mpi' (MPI's own collectives, a baseline) needs an MPI world: ranks "
+                                 f"an MPI launcher started (mpirun, srun --mpi=pmix); this communicator's ranks "
+                                 f"met through {type(self.bootstrap).__name__} (a store world: torchrun, "
+                                 f"mp.spawn), where MPI is never initialised. Use algorithm='ring'")
             from .baselines.mpi import MpiAlgorithm
             return MpiAlgorithm(self.bootstrap)
         if algorithm == "nccl":

@@ -18,6 +18,19 @@ from .work import on_progress_thread
 MIN_SLEEP_S = 20e-6
 
 
+def busy_policy(local_ranks: int, node_cores: int, own_cores: int) -> tuple[bool, bool]:
+    """(oversubscribed, core_bound) for a rank.
+
+    oversubscribed: more ranks on this node than cores, so even the caller's
+    own waits must yield. core_bound: a rank has fewer cores than its two busy
+    threads (the caller computing, the progress thread running an async
+    collective), counting threads, not ranks: then the progress thread must
+    not poll at all while it waits, or it takes the core from the caller it
+    should overlap with. mpirun binds each rank to one core by default.
+    """
+    return local_ranks > node_cores, own_cores < 2 or 2 * local_ranks > node_cores
+
+
 class WaitPolicy:
     """One communicator's waiting: the tuning table's times, and this rank's cores.
 

@@ -1,12 +1,16 @@
-"""FSDP2 (ZeRO-3) training in plain PyTorch, over the "ringzero" backend.
+"""FSDP2 (ZeRO-3) training in plain PyTorch, over the "ringzero" backend, under any launcher.
 
-    mpirun -n 2 python examples/train_torch.py            # any number of ranks
-    mpirun -n 4 python examples/train_torch.py --hsdp     # 2 x 2 mesh: replicate x shard
+    torchrun --nproc-per-node 2 examples/train_torch.py          # any number of ranks
+    torchrun --nproc-per-node 4 examples/train_torch.py --hsdp   # 2 x 2 mesh: replicate x shard
+    mpirun -n 2 python examples/train_torch.py                   # the same under MPI
+    python examples/train_torch.py --spawn 2                     # torch.multiprocessing.spawn
 
 The only ringzero-specific line is the import that registers the backend;
 ``init_process_group(backend="ringzero")`` takes rank and world size from
-MPI. Every rank trains an MLP on its slice of each batch; at the end the
-loss is printed, and the run checks that every rank holds the same weights.
+the launcher (under torchrun and mp.spawn the ranks meet over torch's store,
+under mpirun over MPI). Every rank trains an MLP on its slice of each batch;
+at the end the loss is printed, and the run checks that every rank holds the
+same weights.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import collectives.torch_backend  # noqa: E402,F401  registers "ringzero"
 
 
-def main() -> int:
+def parse():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=64, help="global batch (split over the data-parallel ranks)")
@@ -34,9 +38,40 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--hsdp", action="store_true", help="2-D mesh: replicate over pairs, shard within (even ranks)")
     ap.add_argument("--no-reshard", action="store_true", help="keep gathered weights after forward (ZeRO-2)")
-    args = ap.parse_args()
+    ap.add_argument("--spawn", type=int, default=0, metavar="N",
+                    help="start N ranks with torch.multiprocessing.spawn instead of a launcher")
+    return ap.parse_args()
 
+
+def spawned(rank: int, world: int, port: int, args) -> None:
+    """One rank that torch.multiprocessing.spawn started: rank and size are given, the store is rank 0's."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend="ringzero", rank=rank, world_size=world)
+    if train(args):
+        sys.exit(1)
+
+
+def main() -> int:
+    args = parse()
+    if args.spawn:
+        import socket
+
+        import torch.multiprocessing as mp
+        with socket.socket() as s:  # a free port for rank 0's store
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            mp.spawn(spawned, args=(args.spawn, port, args), nprocs=args.spawn)
+        except mp.ProcessExitedException as e:
+            print(f"a rank failed: {e}", flush=True)
+            return 1
+        return 0
     dist.init_process_group(backend="ringzero")
+    return train(args)
+
+
+def train(args) -> int:
+    """Train on the initialised default group; 0 when every rank ends with the same weights."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.hsdp:
         if world % 2:

@@ -107,7 +107,7 @@ def test_a_core_bound_progress_thread_sleeps_instead_of_spinning():
 
 
 def test_core_bound_counts_threads_not_ranks():
-    from collectives.transport.mpi import busy_policy
+    from collectives.waiting import busy_policy
     assert busy_policy(2, 8, 8) == (False, False)  # 2 ranks x 2 threads on 8 cores
     assert busy_policy(2, 2, 2) == (False, True)  # a core per rank: the progress thread shares it
     assert busy_policy(2, 8, 1) == (False, True)  # bound to one core by mpirun

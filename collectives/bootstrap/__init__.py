@@ -15,8 +15,13 @@ built on those, so every way of starting processes gets it alike:
   every rank raises the same ``SetupError``, naming the ranks that failed and
   why, or none does.
 
+- ``busy()``: (oversubscribed, core_bound) of this rank, from the cores the
+  node's ranks may run on (waiting.busy_policy), for the transport's waits.
+
 ``mpi.py`` implements it over an MPI communicator, for processes an MPI
-launcher started.
+launcher started; ``store.py`` over torch's store, for a store world
+(torchrun, mp.spawn, plain srun), never initialising MPI. ``choose.py`` says
+which of the two a torch backend's process forms, from the environment.
 """
 from __future__ import annotations
 
@@ -82,12 +87,29 @@ class Bootstrap(ABC):
           hint: the way out, added to the message once.
           error: the SetupError subclass to raise.
         """
-        outcomes = self.allgather_obj((bool(ok), "" if ok else str(detail)))
+        try:
+            outcomes = self.allgather_obj((bool(ok), "" if ok else str(detail)))
+        except SetupError as e:  # a rank never came: say which step it missed, in the caller's terms
+            raise SetupError(f"{e}; the step: {what}") from None
         failed = [(q, d) for q, (good, d) in enumerate(outcomes) if not good]
         if failed:
             why = "; ".join(f"rank {q}: {d}" for q, d in failed)
             raise error(f"rank {self.rank}: {what} failed on rank(s) {[q for q, _ in failed]} "
                              f"of {self.size}: {why}" + (f". {hint}" if hint else ""))
+
+    def busy(self) -> tuple[bool, bool]:
+        """(oversubscribed, core_bound) of this rank (waiting.busy_policy), from the cores
+        every rank on this node may run on (mpirun binds each rank to one; a collective call
+        the first time)."""
+        got = getattr(self, "_busy", None)
+        if got is None:
+            from ..waiting import busy_policy
+            own = os.sched_getaffinity(0)
+            node = self.node()
+            cores = set().union(*node.allgather_obj(sorted(own)))
+            got = self._busy = busy_policy(node.size, len(cores), len(own))
+            node.close()
+        return got
 
     def node(self, node_size: int = 0) -> "Bootstrap":
         """The ranks that share this node's memory, as a bootstrap of their own (a collective

@@ -7,7 +7,6 @@ its deadline stays in ``ABANDONED`` with its buffers (MPI may still write them).
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -82,18 +81,6 @@ class MpiBootstrap(Bootstrap):
     def split(self, color: int, key: int) -> "MpiBootstrap":
         self.barrier()  # every rank is here: the blocking split below cannot wait for one that is not
         return MpiBootstrap(self.mpi_comm.Split(color, key), self.timeout, owned=True)
-
-    def busy(self) -> tuple[bool, bool]:
-        """(oversubscribed, core_bound) of this rank (transport/mpi.py's busy_policy), from the
-        cores every rank on this node may run on (mpirun binds each rank to one)."""
-        if self._busy is None:
-            from ..transport.mpi import busy_policy
-            own = os.sched_getaffinity(0)
-            node = self.node()
-            cores = set().union(*node.allgather_obj(sorted(own)))
-            self._busy = busy_policy(node.size, len(cores), len(own))
-            node.close()
-        return self._busy
 
     def transport(self, tuning=None):
         from ..transport.mpi import MpiTransport

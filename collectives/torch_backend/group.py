@@ -12,8 +12,7 @@ thread completes that future when the last collective of the call finishes
 Tensors the Communicator cannot take as they are (non-contiguous ones, the
 pieces of a list-form all-gather or reduce-scatter) go through a contiguous
 staging tensor that the same callback copies back before the future
-completes. torch is imported only by collectives/torch_backend/ (and lazily by arrays.py
-when a tensor arrives).
+completes.
 """
 from __future__ import annotations
 
@@ -30,9 +29,9 @@ from ..errors import CollectiveTimeout
 from .errors import torch_error
 from .ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
 from .ops import plain_op as _plain_op
-from .mpi_calls import MpiCalls
 from . import sparse
 from .heap_pool import HeapPool
+from .peer import PeerCalls
 from .rooted import GroupNames, RootedCollectives
 from ..work import Work
 
@@ -49,35 +48,33 @@ def _contiguous(t) -> bool:
 _BLOCKING = all(hasattr(o(), "asyncOp") for o in (AllreduceOptions, AllgatherOptions, ReduceScatterOptions))
 
 
-class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.ProcessGroup):
+class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.ProcessGroup):
     """A torch ProcessGroup whose collectives run on a ringzero Communicator.
 
     Args:
       comm: the Communicator of this group's ranks (rank and size must match torch's).
-      mpi_comm: the group's mpi4py communicator, for all-to-all (MPI's Ialltoallv).
+      wire: what carries all-to-all, scatter, send and recv (wires.py: MPI's calls in an
+        MPI world, a Gloo group in a store world); None: the group has none of those.
     """
 
-    def __init__(self, comm: Communicator, mpi_comm=None):
+    def __init__(self, comm: Communicator, wire=None):
         super().__init__(comm.rank, comm.size)
         self.comm = comm
-        self._mpi_comm = mpi_comm
-        self._a2a_comm = mpi_comm.Dup() if mpi_comm is not None else None  # all-to-all, scatter
-        self._p2p_comm = mpi_comm.Dup() if mpi_comm is not None else None  # send, recv
+        self._wire = wire
         self._group_name = ""
         self._group_desc = ""
         self._closed = False
         self._pool = None  # FSDP2's comm buffers in the heap (allocate_tensor)
 
     def shutdown(self) -> None:
-        """Finish queued work, stop the progress thread, free the MPI communicators
+        """Finish queued work, stop the progress thread, close the wire
         (``dist.destroy_process_group`` calls this on every rank)."""
         if self._closed:
             return
         self._closed = True
         self.comm.close()  # later calls raise "communicator is closed"
-        for c in (self._a2a_comm, self._p2p_comm, self._mpi_comm):
-            if c is not None:
-                c.Free()
+        if self._wire is not None:
+            self._wire.close()
 
     def __repr__(self) -> str:
         return f"<RingzeroProcessGroup {self._group_name!r} rank {self.comm.rank}/{self.comm.size}>"
@@ -242,18 +239,13 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
     _reduce_scatter_base = reduce_scatter_single
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
-    alltoall_base = MpiCalls.all_to_all_single
+    alltoall_base = PeerCalls.all_to_all_single
 
     # ----------------------------------------------------------- execution
     def _start(self, launches, outputs, stage, opts=None):
         """Run the collectives; return a torch Work whose future holds ``outputs``.
-
-        ``dist.all_reduce(t)`` without async_op sets ``opts.asyncOp = False``
-        (torch 2.13; older torch does not say, and gets the async path): then
-        they run on this thread, with no hand-off to the progress thread, and
-        the Work is complete on return. Otherwise they are queued and the last
-        one to finish completes the future on the progress thread.
-        """
+        Blocking (``opts.asyncOp`` False; older torch does not say: async) they run on
+        this thread; else they are queued and the last to finish completes the future."""
         if not getattr(opts, "asyncOp", True):
             try:
                 for launch in launches:

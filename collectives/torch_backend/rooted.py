@@ -4,7 +4,7 @@
 rank computes what the root keeps; the others discard it): the ring moves
 the same bytes for a reduce as for an all-reduce's first half and more, but
 correctness and a clear call order come first. (All-to-all, scatter and
-point-to-point run on MPI's own calls: torch_mpi.py.) The deprecated
+point-to-point run on the group's wire: peer.py.) The deprecated
 ``allgather_coalesced`` is one list-form all-gather per tensor.
 The group's names (get/setGroupName, get/setGroupDesc) live here too.
 """

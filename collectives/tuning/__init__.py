@@ -126,6 +126,10 @@ SETTINGS = (
             "any g++ or clang++ with -pthread (and -fsanitize=thread for the TSan run)"),
     Setting("host_cache", "", "RZ_HOST_CACHE", "where the host build's libraries are cached (empty: a temp folder)",
             "a cache: built once per source hash"),
+    # how a torch backend's ranks meet (bootstrap/choose.py)
+    Setting("world", "auto", "RINGZERO_WORLD",
+            "mpi: the MPI launcher's world; store: torch's store and Gloo, never MPI; auto: from the launcher",
+            "auto follows the launcher's variables (LAUNCHER_VARS; bootstrap/choose.py)"),
     # waiting
     Setting("spin_s", 20e-3, None, "a caller's wait spins this long (with a core per rank) before it yields",
             f"{CPU2}: yielding at once with a core per rank was 2x slower"),
@@ -225,6 +229,19 @@ def load(environ=None, **overrides) -> Tuning:
 def defaults() -> Tuning:
     """The built-in values alone (no file, no environment): for objects made outside a Communicator."""
     return Tuning({s.name: s.default for s in SETTINGS}, dict.fromkeys(BY_NAME, "default"))
+
+
+# What launchers set in each process's environment, which bootstrap/choose.py reads to tell how
+# the processes were started: Open MPI (mpirun, prterun), MPICH's and Intel MPI's Hydra (PMI),
+# Slurm with PMIx (srun --mpi=pmix), torchrun (TORCHELASTIC_*) and torch's env:// rendezvous.
+LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS", "TORCHELASTIC_RUN_ID",
+                 "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launcher(environ=None) -> dict[str, str]:
+    """The launcher variables (LAUNCHER_VARS) set in the environment, by name."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in LAUNCHER_VARS if env.get(k, "") != ""}
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ try:
     print(f"rank {r}: alloc NO ERROR", flush=True)
 except SharedMemoryError as e:
     print(f"rank {r}: SharedMemoryError after {time.monotonic() - t0:.1f} s: {e}", flush=True)
+y = comm.all_reduce(np.full(1000, r + 1.0))  # first: every rank is past its own cleanup then
 leftover = sorted(p.name for p in Path("/dev/shm").glob("ringzero-*"))
-y = comm.all_reduce(np.full(1000, r + 1.0))
 print(f"rank {r}: after: exact={bool((y == 3.0).all())} leftover={len(leftover)}", flush=True)
 
 

@@ -51,7 +51,8 @@ def main(trace: str | None = None) -> list[str]:
         dist.init_process_group(backend="ringzero", world_size=N + 1)
         result("world_size mismatch", False, "no error")
     except ValueError as e:
-        result("world_size mismatch", "MPI has" in str(e) and time.monotonic() - t0 < 10, str(e))
+        result("world_size mismatch", "but MPI's has" in str(e) and "mpirun -n" in str(e) and "store world" in str(e)
+               and time.monotonic() - t0 < 10, str(e))
 
     # 2. explicit rank and world size
     dist.init_process_group(backend="ringzero", rank=R, world_size=N)

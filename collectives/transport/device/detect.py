@@ -44,6 +44,7 @@ def _node_key(name: str) -> int:
 def choose_mode(bootstrap, requested: str = "auto") -> str:
     """The mode every rank will use: ``requested``, or for "auto" IPC when all
     ranks share a node, else CUDA-aware MPI when the library has it, else staging.
+    In a store world (a bootstrap without MPI) MPI is never asked: IPC or staging.
 
     "auto" is one allgather over the bootstrap, with its deadline: a rank that
     never joins (say it passed a host array where this one passed a device
@@ -60,7 +61,8 @@ def choose_mode(bootstrap, requested: str = "auto") -> str:
     if bootstrap is None:
         raise ValueError("mode='auto' needs a bootstrap to agree on; pass the mode explicitly")
     from ...bootstrap import host_identity
-    every = bootstrap.allgather_obj((_node_key(host_identity()), cuda_aware_mpi()[0]))
+    aware = cuda_aware_mpi()[0] if getattr(bootstrap, "mpi_comm", None) is not None else False
+    every = bootstrap.allgather_obj((_node_key(host_identity()), aware))
     if len({key for key, _ in every}) == 1:  # one node
         return "ipc"
     return "cuda_aware" if all(aware for _, aware in every) else "staged"  # all ranks, or none
