@@ -292,8 +292,12 @@ def main() -> int:
                for got in (r["outcomes"] for r in report.values()))
     print(f"{sum(len(r['gloo_only']) for r in report.values()) - len(missing)} passes for Gloo only are listed in "
           f"{args.allow}; {len(missing)} are not", flush=True)
-    print(f"torch-suite: {both} passed, {len(missing)} failed", flush=True)  # per (mode, ranks, test) Gloo passes
-    return 1 if missing else 0
+    broken = [f"{key} {b}: {r['outcomes'][b]['(run)'][1]}" for key, r in report.items() for b in BACKENDS
+              if "(run)" in r["outcomes"][b]]
+    for line in broken:  # a launch that gave no outcomes at all: the harness failed, not a test
+        print(f"LAUNCH FAILED: {line}", flush=True)
+    print(f"torch-suite: {both} passed, {len(missing)} failed, {len(broken)} launches failed", flush=True)
+    return 1 if missing or broken else 0
 
 
 if __name__ == "__main__":
