@@ -19,7 +19,7 @@ MPIRUN  := $(BIN)/mpirun
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
-$(STAMP): requirements.txt setup.py csrc/fastpath.c csrc/pipe.c csrc/wait.c csrc/fastpath.h
+$(STAMP): requirements.txt setup.py csrc/fastpath.c csrc/lane.c csrc/lane_table.c csrc/pipe.c csrc/wait.c csrc/fastpath.h csrc/lane.h
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt

@@ -115,7 +115,9 @@ def test_peers_that_change_arrays_get_the_python_path():
     res = _run(3, "changed")
     for r in res:
         assert r["nfail"] == 0, r["failures"]
-    assert res[2]["runs"] > 0 and res[0]["runs"] == 0
+    # rank 0's program expects rank 2's last array: it runs to the end only when rank 2 posts
+    # that one again (a program the lane ran in between left the plan's own program as it was)
+    assert res[2]["runs"] > 0 and res[0]["runs"] < res[2]["runs"]
 
 
 def test_mismatch_and_absent_peer_after_many_c_calls():

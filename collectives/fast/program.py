@@ -50,7 +50,7 @@ class Program:
       runs: calls that ran to the end in C (tests check the road is taken).
     """
 
-    __slots__ = ("words", "addrs", "road", "stage", "keep", "trace", "runs", "rebuilds", "direct", "sig")
+    __slots__ = ("words", "addrs", "road", "stage", "keep", "trace", "runs", "rebuilds", "direct", "sig", "relocs")
 
     def __init__(self, direct, w, road, rebuilds, trace):
         self.words = [np.array(x, dtype=np.int64) for x in w.words]
@@ -58,6 +58,7 @@ class Program:
         self.direct, self.sig, self.stage, self.keep = direct, direct.sig, w.stage, w.keep
         self.road, self.trace = road, trace
         self.runs, self.rebuilds = 0, rebuilds
+        self.relocs = None  # the words addressing the call's own private x and out (writer.relocations)
 
     def run(self, comm, p, seq: int, xa, oa):
         """Call ``seq`` of plan ``p``: in C, or handed to the Python path where the
@@ -134,6 +135,7 @@ def build(comm, p, xa, oa, events=()):
     big = kind == "all_gather" or road is Road.PUSH
     if max(x.nbytes, out.nbytes) > (t.fast_max_copy_bytes if big else t.fast_max_bytes):
         return None
+    oloc = None
     if kind == "all_reduce":
         op, xloc, oloc = p.args
         ok = writer.all_reduce(w, d, x, out, op, xloc, oloc, road)
@@ -145,5 +147,10 @@ def build(comm, p, xa, oa, events=()):
         ok = writer.all_gather(w, d, x, out, counts, xloc, oloc, road)
     else:
         return None
+    if not ok:
+        return None
     # (the caller's arrays are not kept: a plan hit means they live, unchanged, where they were)
-    return Program(d, w, road, p.rebuilds, trace) if ok else None
+    prog = Program(d, w, road, p.rebuilds, trace)
+    if xloc is None and oloc is None:  # private arrays: the same steps serve any placement (lane.c)
+        prog.relocs = writer.relocations(w.words, ((address(x), x.nbytes), (address(out), out.nbytes)))
+    return prog
