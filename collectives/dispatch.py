@@ -254,7 +254,7 @@ DIRECT = {
     "broadcast": lambda comm, ctx, hdr, xa, oa, in_place, root, xl:
         comm.symmetric.direct.broadcast(ctx, hdr, xa.host, oa.host, root, xl),
 }
-IN_C = frozenset(DIRECT[k] for k in ("all_reduce", "reduce_scatter", "all_gather")) | {SYMMETRIC["barrier"]}
+IN_C = frozenset(DIRECT[k] for k in ("all_reduce", "reduce_scatter", "all_gather", "broadcast")) | {SYMMETRIC["barrier"]}
 
 
 def host_array(x) -> bool:

@@ -80,7 +80,7 @@ def offer(comm, p, xa, oa) -> bool:
     if lane is None or prog is None or oa is None:
         return False
     kind = KINDS[p.kind]
-    arg = p.args[0] if kind < 2 else None
+    arg = None if p.kind == "all_gather" else p.args[0]  # the op, or a broadcast's root
     relocs = prog.relocs
     return lane.add(kind, xa.obj, oa.obj, arg, p, prog.words[0], prog.words[1],
                     relocs if relocs is not None and len(relocs) else None, prog.stage, prog.road,

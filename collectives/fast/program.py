@@ -18,8 +18,8 @@ by the Python path from the same slots, with the same messages. A traced
 call runs the program too and records what the Python run of it recorded.
 
 Programs cover, on one node: reductions of up to ``fast_max_bytes``, pushed
-all-reduces (no input staged) and all-gathers of up to ``fast_max_copy_bytes``,
-and the barrier, for the dtypes and ops fast/codes.py names.
+all-reduces (no input staged), all-gathers and broadcasts of up to
+``fast_max_copy_bytes``, and the barrier, for the dtypes and ops fast/codes.py names.
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def build(comm, p, xa, oa, events=()):
         return Program(d, w, road, 0, trace)
     x, out = xa.host.reshape(-1), oa.host.reshape(-1)
     t = comm.tuning
-    big = kind == "all_gather" or road is Road.PUSH
+    big = kind in ("all_gather", "broadcast") or road is Road.PUSH
     if max(x.nbytes, out.nbytes) > (t.fast_max_copy_bytes if big else t.fast_max_bytes):
         return None
     oloc = None
@@ -145,6 +145,9 @@ def build(comm, p, xa, oa, events=()):
     elif kind == "all_gather":
         counts, xloc, oloc = p.args
         ok = writer.all_gather(w, d, x, out, counts, xloc, oloc, road)
+    elif kind == "broadcast":
+        root, xloc = p.args
+        ok = writer.broadcast(w, d, x, out, root, xloc)
     else:
         return None
     if not ok:

@@ -4,7 +4,7 @@
 time; ``all_reduce``, ``reduce_scatter`` and ``all_gather`` write a call's two
 programs the way the direct roads run it (symmetric/allreduce.py, gather.py,
 scatter.py) on the road the Python call took, or say False where a program
-cannot cover that call. ``relocations`` lists the words that address the call's
+cannot cover that call (``broadcast`` too). ``relocations`` lists the words that address the call's
 own x and out, so that csrc/lane.c can run the same programs for arrays of the
 same shape elsewhere in memory.
 """
@@ -200,6 +200,40 @@ def all_gather(w, d, x, out, counts, xloc, oloc, road) -> bool:
         w.end()
     if push is not None:
         w.keep.append(push)
+    return True
+
+
+def broadcast(w, d, x, out, root, xloc) -> bool:
+    """Direct.broadcast's steps: the root stages its input (or posts its heap array) and,
+    out of place, copies it into its out; every other rank waits for it and copies it
+    into its out; the root waits for its readers only when they read its heap input."""
+    r = d.rank
+    staged = w.src[root][0] == PRIVATE
+    if staged:
+        need = 2 * ((x.nbytes + 63) // 64 * 64)
+        if d.stage_window is None or d.stage_window.nbytes < need:
+            return False
+        w.stage = d.stage_window
+    for par in (0, 1):
+        mine = xloc if xloc is not None else (PRIVATE, PRIVATE)
+        if r == root and xloc is None:  # our input into the stage half of this call, before posting
+            w.copy(d.staged_view(r, par, x.nbytes).view(x.dtype), x)
+        w.post(par, mine, (PRIVATE, PRIVATE), INPUT if r == root or xloc is not None else READY)
+        w.wait_peers(READY)
+        w.hcheck(par)
+        w.lcheck(par)
+        if r == root:
+            if address(out) != address(x):
+                w.copy(out, x)
+            w.cur += [C.RAISE, w.slot[r], DONE]
+            if xloc is not None:  # peers read our heap input: wait until they are done
+                w.wait_peers(DONE)
+        else:
+            if staged:
+                w.cur += [C.WAIT, w.slot[root], INPUT, root, INPUT]
+            w.copy(out, w.src_view(root, par, x.size, x.dtype))
+            w.cur += [C.RAISE, w.slot[r], DONE]
+        w.end()
     return True
 
 
