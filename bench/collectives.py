@@ -52,6 +52,12 @@ our in-place and out-of-place all-reduce, nothing at small sizes). torch runs
 one intra-op thread per rank, as under torchrun: more spin in OpenMP and
 slowed ring and MPI in the same run a hundredfold on this 2-core machine.
 
+``--algorithm copy`` (bench/copy_floor.py) is the floor under every algorithm
+here: each rank makes only the cross-process reads, copies and reductions the
+collective cannot do without, with no synchronisation; where ring and mpi
+both sit at its time ("vs copy" near 1), the case is bound by the copies both
+must make. Its rows are not checked (#wrong "-").
+
 ``--algorithm ring,mpi,p2p`` adds the bare ring (bench/bare_ring.py): the
 same ring with nothing but Isend, Irecv and numpy, the ceiling of any ring
 over MPI point-to-point here. The JSON's ``ratio_vs_p2p`` on ring records
@@ -93,10 +99,11 @@ from collectives.volumes import busbw_factor, memory_roofline  # noqa: E402
 
 from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
 from peers import DeepSpeedShm, RawMpi, as_tensor, deepspeed_missing, unsupported_mpi  # noqa: E402
+from copy_floor import CopyFloor  # noqa: E402  (bench/copy_floor.py)
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
-ALGORITHMS = ("ring", "mpi", "mpi-api", "nccl", "p2p", "gloo", "torch", "deepspeed")
-BASELINES = ("mpi", "gloo", "deepspeed")  # every other algorithm gets a paired ratio against each one present
+ALGORITHMS = ("ring", "mpi", "mpi-api", "nccl", "p2p", "gloo", "torch", "deepspeed", "copy")
+BASELINES = ("mpi", "gloo", "deepspeed", "copy")  # every other algorithm gets a paired ratio against each one present
 ONLY = {"deepspeed": ("all_reduce",)}  # algorithms that serve some collectives only
 SENTINEL = 127  # never a right answer everywhere: the inputs are in [-8, 8] and vary by element
 
@@ -347,6 +354,8 @@ def make_comm(alg: str, world, kw: dict, want_ringzero: bool = False):
         return BareRing(world)
     if alg == "mpi":  # mpi4py itself
         return RawMpi(world)
+    if alg == "copy":
+        return CopyFloor(world)
     if alg == "deepspeed":
         why = deepspeed_missing()
         return Missing(why) if why else DeepSpeedShm(world)
@@ -537,11 +546,12 @@ def main(argv=None) -> int:
                 else:
                     path = "mpi" if isinstance(c, Communicator) else None
                     case.run()
-                wrong = world.allreduce(case.wrong(), op=MPI.SUM)
+                unchecked = getattr(c, "unchecked", False)  # the copy floor: not a collective's result
+                wrong = 0 if unchecked else world.allreduce(case.wrong(), op=MPI.SUM)
                 for _ in range(a.warmup_iters):
                     case.run()
                 iters[alg] = block_iters(case, a, world)
-                row[alg] = {"wrong": wrong, "path": path}
+                row[alg] = {"wrong": wrong, "path": path, "checked": not unchecked}
             for rnd in range(max(a.rounds, 1)):  # algorithms take turns, so drift touches all alike,
                 for alg in algos[rnd % len(algos):] + algos[:rnd % len(algos)]:  # each going first in turn
                     case = cases[alg]
@@ -571,6 +581,8 @@ def main(argv=None) -> int:
                            fresh=a.fresh)
                 if row[alg]["path"] is not None:
                     rec["path"] = row[alg]["path"]
+                if not row[alg]["checked"]:
+                    rec["checked"] = False
                 row[alg] = rec
                 records.append(rec)
             for alg, rec in row.items():
@@ -606,7 +618,7 @@ def main(argv=None) -> int:
                 say(f"{op:>14} {rec['bytes']:>11} {rec['count']:>10} {a.dtype:>8} "
                     f"{a.redop if op in ('all_reduce', 'reduce_scatter') else 'none':>5} {alg:>9} "
                     f"{rec['time_us']:>10.1f} {rec['algbw']:>11.3f} {rec['busbw']:>11.3f} "
-                    f"{rec['wrong']:>6}" + "".join(f" {c:>8}" for c in cols[:len(baselines)])
+                    f"{rec['wrong'] if rec.get('checked', True) else '-':>6}" + "".join(f" {c:>8}" for c in cols[:len(baselines)])
                     + (f" {cols[-2]:>14} {cols[-1]:>12}" if overhead else ""))
     algos = everyone
     say()

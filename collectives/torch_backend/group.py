@@ -80,11 +80,17 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
     # progress thread; a waiter runs the collective itself when it is next in
     # line). The lanes are written out, with no closure or helper between torch
     # and the Communicator: each Python call there cost ~0.2 us of a 1 KiB call's ~6.
+    # A blocking call goes to the Communicator's C lane first (fast/lane.py: it
+    # checks contiguity itself, and returns None for what it does not take).
     def allreduce(self, tensors, opts=AllreduceOptions()):
         ro = opts.reduceOp
         op = _plain_op(ro)
         if op is not None and len(tensors) == 1:
             t = tensors[0]  # the common call (DDP's buckets too): nothing to stage
+            if _BLOCKING and not opts.asyncOp:
+                lane = self.comm._lane
+                if lane is not None and lane(0, t, t, op) is not None:
+                    return None
             if t.is_contiguous():
                 if _BLOCKING and not opts.asyncOp:
                     self.comm.all_reduce(t, op=op, out=t)
@@ -104,6 +110,9 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
         return self.allreduce(tensors, opts)
 
     def all_gather_single(self, output, input, opts=AllgatherOptions()):
+        lane = self.comm._lane
+        if lane is not None and _BLOCKING and not opts.asyncOp and lane(2, input, output, None) is not None:
+            return None  # (the lane takes contiguous tensors of one dtype, out size x world size only)
         if output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and output.numel() == input.numel() * self.comm.size:  # FSDP2's common call: nothing to stage
             if _BLOCKING and not opts.asyncOp:
@@ -126,6 +135,10 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, MpiCalls, dist.Process
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
         op = _plain_op(opts.reduceOp)
+        lane = self.comm._lane
+        if op is not None and lane is not None and _BLOCKING and not opts.asyncOp \
+                and lane(1, input, output, op) is not None:
+            return None  # (as in all_gather_single)
         if op is not None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
                 and input.numel() == output.numel() * self.comm.size:  # the common call: nothing to stage
             if _BLOCKING and not opts.asyncOp:
