@@ -164,6 +164,7 @@ static void lane_dealloc(Lane *L) {
     PyMem_Free(L->spans);
     Py_XDECREF(L->ndarray);
     Py_XDECREF(L->tensor);
+    for (int i = 0; i < 5; i++) Py_XDECREF(L->tdesc[i]);
     Py_XDECREF(L->comm_d);
     Py_XDECREF(L->engine_d);
     Py_XDECREF(L->direct_d);

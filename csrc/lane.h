@@ -42,6 +42,7 @@ typedef struct {
     Entry tmpl[TEMPLATES];
     int64_t ntmpl, next_tmpl, runs, relocated, rank, nf, busy, clear_pending;
     PyObject *ndarray, *tensor;
+    PyObject *tdesc[5]; /* torch.Tensor's is_cpu, is_contiguous, data_ptr, numel, dtype descriptors */
     PyObject *comm_d, *engine_d, *direct_d, *sig_d; /* the objects' instance dicts */
     PyObject *on_stop, *on_error, *engine_leave;
     int64_t *spans, nspans; /* the heap's windows [start, end) */
@@ -49,6 +50,7 @@ typedef struct {
 } Lane;
 
 extern PyObject *S_data_ptr, *S_numel, *S_dtype, *S_is_contiguous, *S_is_cpu;
+void lt_learn_tensor(Lane *L, PyTypeObject *t);
 void lt_entry_clear(Entry *e);
 void lt_lane_clear_all(Lane *L);
 int lt_side_of(Lane *L, PyObject *a, Side *s);

@@ -27,6 +27,25 @@ void lt_lane_clear_all(Lane *L) {
     L->ntmpl = L->next_tmpl = 0;
 }
 
+/* Attribute i of tensor ``a`` (lane.h's tdesc order) through torch.Tensor's own descriptor:
+ * a method called, a property read, without the lookup on the instance each time. */
+static PyObject *tensor_get(Lane *L, int i, PyObject *a) {
+    PyObject *d = L->tdesc[i];
+    if (Py_IS_TYPE(d, &PyMethodDescr_Type)) return PyObject_Vectorcall(d, &a, 1, NULL);
+    return Py_TYPE(d)->tp_descr_get(d, a, (PyObject *)Py_TYPE(a));
+}
+
+/* Remember torch.Tensor (the type of the first tensor offered) and its five descriptors. */
+void lt_learn_tensor(Lane *L, PyTypeObject *t) {
+    PyObject *names[5] = {S_is_cpu, S_is_contiguous, S_data_ptr, S_numel, S_dtype};
+    for (int i = 0; i < 5; i++) {
+        PyObject *d = _PyType_Lookup(t, names[i]);
+        if (d == NULL || !(Py_IS_TYPE(d, &PyMethodDescr_Type) || Py_TYPE(d)->tp_descr_get != NULL)) return;
+    }
+    for (int i = 0; i < 5; i++) L->tdesc[i] = Py_NewRef(_PyType_Lookup(t, names[i]));
+    L->tensor = Py_NewRef((PyObject *)t);
+}
+
 /* What array ``a`` is (type, dtype, address, count, flags): 1, or 0 when the lane does not take it. */
 int lt_side_of(Lane *L, PyObject *a, Side *s) {
     if (Py_TYPE(a) == (PyTypeObject *)L->ndarray) {
@@ -39,24 +58,21 @@ int lt_side_of(Lane *L, PyObject *a, Side *s) {
         return 1;
     }
     if (L->tensor == NULL || Py_TYPE(a) != (PyTypeObject *)L->tensor) return 0;
-    PyObject *v = PyObject_GetAttr(a, S_is_cpu); /* CPU tensors only: their memory is host memory */
+    PyObject *v = tensor_get(L, 0, a); /* CPU tensors only: their memory is host memory */
     int cpu = v == Py_True;
     Py_XDECREF(v);
     if (!cpu) return PyErr_Occurred() ? -1 : 0;
-    v = PyObject_CallMethodNoArgs(a, S_is_contiguous);
+    v = tensor_get(L, 1, a);
     int contiguous = v == Py_True;
     Py_XDECREF(v);
     if (!contiguous) return PyErr_Occurred() ? -1 : 0;
-    v = PyObject_CallMethodNoArgs(a, S_data_ptr);
-    if (v == NULL) return -1;
+    if ((v = tensor_get(L, 2, a)) == NULL) return -1;
     s->addr = PyLong_AsLongLong(v);
     Py_DECREF(v);
-    v = PyObject_CallMethodNoArgs(a, S_numel);
-    if (v == NULL) return -1;
+    if ((v = tensor_get(L, 3, a)) == NULL) return -1;
     s->count = PyLong_AsLongLong(v);
     Py_DECREF(v);
-    v = PyObject_GetAttr(a, S_dtype);
-    if (v == NULL) return -1;
+    if ((v = tensor_get(L, 4, a)) == NULL) return -1;
     s->dtype = v; /* torch dtypes are singletons: the borrowed pointer stays valid */
     Py_DECREF(v);
     s->type = L->tensor, s->flags = 1;
@@ -175,7 +191,7 @@ PyObject *lane_add(Lane *L, PyObject *const *a, Py_ssize_t n) {
     }
     if (L->busy) Py_RETURN_FALSE;
     int64_t kind = PyLong_AsLongLong(a[0]);
-    if (L->tensor == NULL && strcmp(Py_TYPE(a[1])->tp_name, "Tensor") == 0) L->tensor = Py_NewRef(Py_TYPE(a[1]));
+    if (L->tensor == NULL && strcmp(Py_TYPE(a[1])->tp_name, "Tensor") == 0) lt_learn_tensor(L, Py_TYPE(a[1]));
     Side xs, os;
     int got = lt_side_of(L, a[1], &xs);
     if (got <= 0) return got < 0 ? NULL : Py_NewRef(Py_False);
