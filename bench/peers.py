@@ -109,6 +109,9 @@ class DeepSpeedShm:
         self.world, self.torch = world, torch
         self.rank, self.size = world.rank, world.size
         run = world.bcast(f"{os.getpid()}" if world.rank == 0 else None, root=0)
+        # one OpenMP thread per rank for its reduction loops, as torchrun and DeepSpeed's own launcher
+        # (cores bound per rank) give each rank: more ranks' threads than cores spin against each other
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
         spec = importlib.util.spec_from_file_location(DS_EXT, extension_path())
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)  # registers torch.ops.deepspeed.*
