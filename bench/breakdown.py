@@ -8,8 +8,9 @@ rounds of the slowest rank's mean per call), beside raw mpi4py on the same array
 - checks: what a call that misses the plan cache does in Python before it moves
   a byte: adapt the arrays, check them, build the header, choose the road
   (``plan.all_reduce`` and friends with no cache key), alone on this rank.
-- agreement: the header agreement alone: ``barrier()`` is exactly that exchange
-  (posted, waited for and compared in shared memory, in C on the direct path).
+- agreement: the header agreement alone: the barrier's C program (post the header,
+  wait for every peer's, compare them: the first steps of every direct call's
+  program) run straight from Python, as the lane runs a call's.
 - movement: the bytes the road moves on this rank (stage copy, reduction or
   copies), alone, as the C fast path's own COPY and REDUCE ops run them.
 - rest: call - agreement - movement: our Python entry, plan lookup and dispatch.
@@ -64,6 +65,24 @@ def movement(op, x, out, rank, size):
     return call
 
 
+def agreement(c):
+    """A zero-argument call running the barrier's C program alone (``c.barrier`` where there is none)."""
+    c.barrier()
+    c.barrier()  # the second call writes the program (fast/program.py)
+    prog = getattr(c._barrier_plan, "program", None)
+    if prog is None or c.symmetric is None:
+        return c.barrier
+    sig = c.symmetric.signals
+    spin, yld = sig.policy.times()
+    run, addrs, most = C.run, prog.addrs, sig.policy.max_sleep
+
+    def call():
+        e = sig.epoch + 1  # every rank runs the same programs in the same order: the epochs agree
+        sig.epoch = e
+        run(addrs[e & 1], 8 * e, time.monotonic() + 60.0, spin, yld, most)
+    return call
+
+
 def _calls(c, world, op, x, out, redop):
     """{part: zero-argument call} for one case (dist.* parts added by the caller)."""
     mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[redop]
@@ -85,7 +104,7 @@ def _calls(c, world, op, x, out, redop):
         f = c.broadcast
         calls = dict(mpi=lambda: world.Bcast(out, 0), call=lambda: f(x, root=0, out=out),
                      fresh=lambda: f(x[:], root=0, out=out[:]), checks=lambda: plan.broadcast(c, None, x, 0, out))
-    calls["agreement"] = c.barrier
+    calls["agreement"] = agreement(c)
     m = movement(op, x, out, world.rank, world.size)
     if m is not None:
         calls["movement"] = m

@@ -132,7 +132,7 @@ def test_mismatch_and_absent_peer_after_many_c_calls():
 
 @pytest.mark.parametrize("n,cma", [(2, None), (3, None), (2, "0")])
 def test_large_all_gather_pieces_are_read_in_place(n, cma):
-    """All-gather pieces from cma.MIN_BYTES of ordinary arrays are offered in place and
+    """All-gather pieces from the tuning table's cma_min_bytes of ordinary arrays are offered in place and
     read with process_vm_readv (in Python, then in C): exact for even and uneven
     pieces, in place, beside a heap input. COLLECTIVES_CMA=0: staged, still exact."""
     res = _run(n, "cma", **({} if cma is None else {"COLLECTIVES_CMA": cma}))

@@ -178,7 +178,7 @@ def faults():
 
 
 def cma():
-    """Ordinary all-gather pieces from cma.MIN_BYTES are read in place (process_vm_readv)
+    """Ordinary all-gather pieces from the tuning table's cma_min_bytes are read in place (process_vm_readv)
     unless x is inside out (then staged): even and uneven pieces, a heap input on rank 0 too; repeated, so
     the C programs (CMAREAD) take the later calls. COLLECTIVES_CMA=0: staged instead."""
     comm = Communicator(timeout=60)
