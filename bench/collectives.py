@@ -4,7 +4,9 @@
         --op all_reduce,reduce_scatter,all_gather --dtype float32 --algorithm ring,mpi,mpi-api,deepspeed
 
 Sizes follow nccl-tests: for all_reduce and reduce_scatter the size is the
-whole input buffer; for all_gather it is the whole output buffer. Every
+whole input buffer; for all_gather it is the whole output buffer. A broadcast
+runs in place on the output buffer for every algorithm, as MPI's Bcast does
+(the root's data copied there before each round, outside the timing). Every
 algorithm runs at every size before the next size, so drift in the machine
 touches all of them alike. Inputs are small integers, so sums are exact in
 any order and every result is checked (#wrong) before it is timed.
@@ -193,13 +195,13 @@ class Case:
         if op == "all_gather":
             f = c.all_gather
             return (lambda: f(x[:], out=out[:])) if fresh else (lambda: f(x, out=out))
-        f = c.broadcast
-        return (lambda: f(x[:], root=0, out=out[:])) if fresh else (lambda: f(x, root=0, out=out))
+        f = c.broadcast  # in place on out, as MPI's Bcast (and torch's broadcast) has it
+        return (lambda: f(out[:], root=0, out=out[:])) if fresh else (lambda: f(out, root=0, out=out))
 
     def prepare(self) -> None:
-        """Set up what a timed round starts from (outside the timing): for raw MPI's
-        broadcast (in place on out), the root's data in out; nothing for our calls."""
-        if self.op == "broadcast" and isinstance(self.comm, RawMpi) and self.comm.rank == 0:
+        """Set up what a timed round starts from (outside the timing): for a broadcast, which
+        every algorithm runs in place on out, the root's data in out."""
+        if self.op == "broadcast" and self.comm.rank == 0:
             self.out[...] = self.x
 
     def run(self):

@@ -6,7 +6,7 @@ A staged all-gather copies every piece three times (into the stage window,
 out of it into each peer's ``out``, and the own piece); MPI's copies it twice.
 Up to a few MiB a piece the three copies still win, run from cache by the
 C programs (bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt: staged
-1.6-2.5x raw MPI from 128 KiB to 4 MiB of output on two ranks, read in place
+1.6-2.5x raw MPI from 128 KiB to 2 MiB of output on two ranks, read in place
 1.0-1.1x), so from the tuning table's ``cma_min_bytes`` a piece (just above
 ``stage_max_all_gather``) an all-gather rank whose input is private, and not
 inside its ``out``, posts its address instead of staging it (source window
