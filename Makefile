@@ -17,11 +17,11 @@ CORES   := $(shell nproc)
 over     = $(shell [ $(1) -gt $(CORES) ] && echo --oversubscribe)
 MPIRUN  := $(BIN)/mpirun
 
-.PHONY: venv test test-torch-suite demo bench bench-torch bench-ddp tune explain gpu-check gpu-wheels clean
+.PHONY: venv test test-torch-suite demo bench bench-torch bench-ddp bench-peers tune explain gpu-check gpu-wheels clean
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
-$(STAMP): requirements.txt setup.py csrc/fastpath.c csrc/pipe.c csrc/wait.c csrc/fastpath.h
+$(STAMP): requirements.txt setup.py csrc/fastpath.c csrc/lane.c csrc/lane_table.c csrc/pipe.c csrc/wait.c csrc/fastpath.h csrc/lane.h
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
@@ -48,10 +48,10 @@ tune: $(STAMP)  ## measure the road table's crossovers on this machine into ~/.c
 explain: $(STAMP)  ## the ring step by step on 4 simulated ranks, drawn to ring.svg
 	$(BIN)/python -m collectives.teach.explain all_reduce --ranks 4 --count 16 --svg ring.svg
 
-bench: $(STAMP)  ## default sweep on 2 ranks: ring, MPI and the bare ring (the ceiling); JSON under $(RESULTS)/
+bench: $(STAMP)  ## default sweep on 2 ranks: ring, raw MPI, MPI behind our API, the bare ring and the copies alone; JSON under $(RESULTS)/
 	mkdir -p $(RESULTS)
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \
-		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,p2p \
+		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,mpi-api,p2p,copy \
 		--json $(RESULTS)/collectives-cpu-n$(NP).json
 
 bench-torch: $(STAMP)  ## ring, MPI, Gloo and our ring through torch (ringzero ProcessGroup) in one sweep, plotted
@@ -59,6 +59,17 @@ bench-torch: $(STAMP)  ## ring, MPI, Gloo and our ring through torch (ringzero P
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python bench/collectives.py -b 1K -e 64M -f 4 \
 		--op all_reduce,reduce_scatter,all_gather --algorithm ring,mpi,gloo,torch \
 		--json $(RESULTS)/collectives-torch-cpu-n$(NP).json --plot $(RESULTS)/collectives-torch-cpu-n$(NP).png
+
+# DeepSpeed's CPU shared-memory all-reduce, for bench/collectives.py --algorithm deepspeed: DeepSpeed from
+# its sdist (its wheel build needs torch in the venv, hence no build isolation; DS_ACCELERATOR=cpu), then
+# its op compiled once (~1-2 min on 2 cores) into .venv/torch_extensions, where bench/peers.py loads it.
+DEEPSPEED := deepspeed==0.19.8
+bench-peers: $(STAMP)  ## install DeepSpeed and build its shared-memory op into the venv (the deepspeed baseline)
+	DS_ACCELERATOR=cpu DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation --no-binary deepspeed $(DEEPSPEED)
+	mkdir -p $(VENV)/torch_extensions
+	DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$(abspath $(VENV))/torch_extensions $(BIN)/python -c \
+		"from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
+	$(MPIRUN) -n 2 $(BIN)/python bench/collectives.py -b 1K -e 1M -f 32 -r 3 --op all_reduce --algorithm ring,mpi,deepspeed
 
 bench-ddp: $(STAMP)  ## DDP, FSDP2 and FSDP2 with heap comm buffers: training steps/s over ringzero and Gloo (10M MLP, per-rank batch 16)
 	mkdir -p $(RESULTS)

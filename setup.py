@@ -42,8 +42,8 @@ setup(
     cmdclass={"build_py": BuildPyWithCsrc},
     # the direct roads' repeated calls and the pipe in C (collectives/fast, csrc/fastpath.c); optional:
     # without a C compiler the same steps run in Python
-    ext_modules=[Extension("collectives._fastpath", ["csrc/fastpath.c", "csrc/pipe.c", "csrc/wait.c"],
-                           depends=["csrc/fastpath.h"], extra_compile_args=["-O3"], optional=True)],
+    ext_modules=[Extension("collectives._fastpath", ["csrc/fastpath.c", "csrc/lane.c", "csrc/lane_table.c", "csrc/pipe.c", "csrc/wait.c"],
+                           depends=["csrc/fastpath.h", "csrc/lane.h"], extra_compile_args=["-O3"], optional=True)],
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "mpi4py>=3.1", "ml-dtypes>=0.3"],
     extras_require={

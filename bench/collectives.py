@@ -1,10 +1,12 @@
-"""Collective benchmark in the style of nccl-tests: ring vs MPI, Gloo (vs NCCL) in one run.
+"""Collective benchmark in the style of nccl-tests: ring vs raw MPI, DeepSpeed, Gloo (vs NCCL) in one run.
 
     mpirun -n 4 python bench/collectives.py -b 1K -e 64M -f 4 \
-        --op all_reduce,reduce_scatter,all_gather --dtype float32 --algorithm ring,mpi
+        --op all_reduce,reduce_scatter,all_gather --dtype float32 --algorithm ring,mpi,mpi-api,deepspeed
 
 Sizes follow nccl-tests: for all_reduce and reduce_scatter the size is the
-whole input buffer; for all_gather it is the whole output buffer. Every
+whole input buffer; for all_gather it is the whole output buffer. A broadcast
+runs in place on the output buffer for every algorithm, as MPI's Bcast does
+(the root's data copied there before each round, outside the timing). Every
 algorithm runs at every size before the next size, so drift in the machine
 touches all of them alike. Inputs are small integers, so sums are exact in
 any order and every result is checked (#wrong) before it is timed.
@@ -20,8 +22,23 @@ rounds of the ratio within each round (paired): two timings taken back to back s
 machine's state, so on a noisy machine the paired ratio drifts far less
 than a ratio of two separate medians (the JSON keeps both).
 
-Baselines: every algorithm gets a paired ratio against each of mpi and gloo
-that runs ("vs mpi", "vs gloo"; JSON ``ratio_vs_mpi``, ``ratio_vs_gloo``).
+Baselines, as their users call them (bench/peers.py): ``--algorithm mpi`` is
+mpi4py itself (``comm.Allreduce(x, out, op=MPI.SUM)``, ``Reduce_scatter_block``,
+``Allgather``, ``Bcast``) on the same buffers; ``mpi-api`` is MPI's collective
+behind our API (``Communicator(algorithm="mpi")``), so the cost of the API shows
+beside it; ``deepspeed`` is DeepSpeed's CPU shared-memory all-reduce, its raw op
+``torch.ops.deepspeed.inference_all_reduce_`` in place on a tensor over the output
+array (all-reduce, SUM, float types; ``make bench-peers`` builds it, and where it
+is missing the table says how). Every algorithm gets a paired ratio against
+each of mpi, gloo and deepspeed that runs ("vs mpi", ...; JSON ``ratio_vs_mpi``,
+``ratio_vs_gloo``, ``ratio_vs_deepspeed``).
+
+``--fresh``: every call passes new views ``x[:]`` and ``out[:]`` of the same
+buffers (a torch view for dist.* and DeepSpeed), as code that slices, reshapes or
+reallocates per call hands them over; without it each algorithm reuses its
+objects. ``--breakdown``: after the sweep, where the microseconds of a small call
+go (bench/breakdown.py): argument checks, header agreement, data movement, the
+rest of our dispatch, and the torch layer.
 ``--algorithm gloo`` is torch.distributed's Gloo backend and ``--algorithm
 torch`` our ring called through the ringzero ProcessGroup
 (collectives/torch_backend.py), both on torch views of the same arrays
@@ -36,6 +53,12 @@ round outside the timing (so torch-ring also holds the difference between
 our in-place and out-of-place all-reduce, nothing at small sizes). torch runs
 one intra-op thread per rank, as under torchrun: more spin in OpenMP and
 slowed ring and MPI in the same run a hundredfold on this 2-core machine.
+
+``--algorithm copy`` (bench/copy_floor.py) is the floor under every algorithm
+here: each rank makes only the cross-process reads, copies and reductions the
+collective cannot do without, with no synchronisation; where ring and mpi
+both sit at its time ("vs copy" near 1), the case is bound by the copies both
+must make. Its rows are not checked (#wrong "-").
 
 ``--algorithm ring,mpi,p2p`` adds the bare ring (bench/bare_ring.py): the
 same ring with nothing but Isend, Irecv and numpy, the ceiling of any ring
@@ -77,10 +100,13 @@ from collectives.teach.trace import Tracer  # noqa: E402
 from collectives.volumes import busbw_factor, memory_roofline  # noqa: E402
 
 from bare_ring import BareRing  # noqa: E402  (bench/bare_ring.py)
+from peers import DeepSpeedShm, RawMpi, as_tensor, deepspeed_missing, unsupported_mpi  # noqa: E402
+from copy_floor import CopyFloor  # noqa: E402  (bench/copy_floor.py)
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
-ALGORITHMS = ("ring", "mpi", "nccl", "p2p", "gloo", "torch")
-BASELINES = ("mpi", "gloo")  # every other algorithm gets a paired ratio against each one present
+ALGORITHMS = ("ring", "mpi", "mpi-api", "nccl", "p2p", "gloo", "torch", "deepspeed", "copy")
+BASELINES = ("mpi", "gloo", "deepspeed", "copy")  # every other algorithm gets a paired ratio against each one present
+ONLY = {"deepspeed": ("all_reduce",)}  # algorithms that serve some collectives only
 SENTINEL = 127  # never a right answer everywhere: the inputs are in [-8, 8] and vary by element
 
 
@@ -113,8 +139,9 @@ class Case:
     size measured up to 30% slower (two-rank all-gather at 16 MiB, in every
     order tried), which is the allocator's doing, not the algorithm's."""
 
-    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None, pool=None):
+    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False):
         n, r = comm.size, comm.rank
+        self.fresh = fresh
         item = np.dtype(dtype).itemsize
         self.count = count = max(nbytes // item, 0)
         if op in ("reduce_scatter", "all_gather"):
@@ -126,6 +153,7 @@ class Case:
         self.xp = xp
         if like is not None:
             self.x, self.out, self.expect = like.x, like.out, like.expect
+            self.bind()
             return
         host_full = pattern(count, r, dtype)
         if op == "all_reduce":
@@ -148,20 +176,36 @@ class Case:
         if op in ("all_reduce", "reduce_scatter") and redop == "avg":
             self.expect = np.trunc(self.expect / n) if np.dtype(dtype).kind == "i" else self.expect / n
         self.xp = xp
+        self.bind()
+
+    def bind(self) -> None:
+        """Make ``self.call``, the zero-argument call that is timed: the peer's own
+        (bench/peers.py) or ours, one closure layer either way."""
+        caller = getattr(self.comm, "caller", None)
+        self.call = caller(self, self.fresh) if caller is not None else self.caller(self.fresh)
+
+    def caller(self, fresh: bool):
+        c, op, x, out, redop = self.comm, self.op, self.x, self.out, self.redop
+        if op == "all_reduce":
+            f = c.all_reduce
+            return (lambda: f(x[:], op=redop, out=out[:])) if fresh else (lambda: f(x, op=redop, out=out))
+        if op == "reduce_scatter":
+            f = c.reduce_scatter
+            return (lambda: f(x[:], op=redop, out=out[:])) if fresh else (lambda: f(x, op=redop, out=out))
+        if op == "all_gather":
+            f = c.all_gather
+            return (lambda: f(x[:], out=out[:])) if fresh else (lambda: f(x, out=out))
+        f = c.broadcast  # in place on out, as MPI's Bcast (and torch's broadcast) has it
+        return (lambda: f(out[:], root=0, out=out[:])) if fresh else (lambda: f(out, root=0, out=out))
 
     def prepare(self) -> None:
-        """Set up what a timed round starts from (outside the timing): nothing for our calls."""
+        """Set up what a timed round starts from (outside the timing): for a broadcast, which
+        every algorithm runs in place on out, the root's data in out."""
+        if self.op == "broadcast" and self.comm.rank == 0:
+            self.out[...] = self.x
 
     def run(self):
-        c, op = self.comm, self.op
-        if op == "all_reduce":
-            c.all_reduce(self.x, op=self.redop, out=self.out)
-        elif op == "reduce_scatter":
-            c.reduce_scatter(self.x, op=self.redop, out=self.out)
-        elif op == "all_gather":
-            c.all_gather(self.x, out=self.out)
-        else:
-            c.broadcast(self.x, root=0, out=self.out)
+        self.call()
 
     def wrong(self) -> int:
         got = self.out.get() if hasattr(self.out, "get") else self.out
@@ -182,13 +226,6 @@ class TorchComm:
         pass  # the groups go with dist.destroy_process_group() at the end
 
 
-def as_tensor(torch, a: np.ndarray):
-    """A torch tensor sharing ``a``'s memory (bfloat16 through an int16 view: torch cannot take ml_dtypes')."""
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
 class TorchCase(Case):
     """A Case run through torch.distributed (Gloo, or our ring behind the ringzero ProcessGroup).
 
@@ -201,10 +238,11 @@ class TorchCase(Case):
 
     REDOPS = {"sum": "SUM", "avg": "AVG", "max": "MAX", "min": "MIN", "prod": "PRODUCT"}
 
-    def __init__(self, comm: TorchComm, op, redop, dtype, nbytes, xp, like=None, pool=None):
-        super().__init__(comm, op, redop, dtype, nbytes, xp, like=like, pool=pool)
+    def __init__(self, comm: TorchComm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False):
         import torch
 
+        self.tx = self.tout = None
+        super().__init__(comm, op, redop, dtype, nbytes, xp, like=like, pool=pool, fresh=fresh)
         self.dist, self.group = comm.dist, comm.group
         self.tx, self.tout = as_tensor(torch, self.x), as_tensor(torch, self.out)
         self.top = getattr(self.dist.ReduceOp, self.REDOPS[redop])
@@ -212,23 +250,57 @@ class TorchCase(Case):
         self.rs = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
         self.ag = getattr(d, "all_gather_single", None) or d.all_gather_into_tensor
 
+    def bind(self) -> None:
+        self.call = self.run
+
     def prepare(self) -> None:
         if self.op == "all_reduce" or (self.op == "broadcast" and self.comm.rank == 0):
             self.out[...] = self.x
 
     def run(self, group=None):
         """One call through torch.distributed, on this case's group (or on ``group``:
-        the no-op group that times torch's own share of a call)."""
+        the no-op group that times torch's own share of a call); new views of the
+        tensors with --fresh."""
         d, op, g = self.dist, self.op, self.group if group is None else group
+        tx, tout = (self.tx[:], self.tout[:]) if self.fresh else (self.tx, self.tout)
         if op == "all_reduce":
-            d.all_reduce(self.tout, op=self.top, group=g)
+            d.all_reduce(tout, op=self.top, group=g)
         elif op == "reduce_scatter":
-            self.rs(self.tout, self.tx, op=self.top, group=g)
+            self.rs(tout, tx, op=self.top, group=g)
         elif op == "all_gather":
-            self.ag(self.tout, self.tx, group=g)
+            self.ag(tout, tx, group=g)
         else:
-            d.broadcast(self.tout, src=0 if group is not None else (d.get_global_rank(g, 0) if g is not None
+            d.broadcast(tout, src=0 if group is not None else (d.get_global_rank(g, 0) if g is not None
                                                                       else 0), group=g)
+
+
+class DeepSpeedCase(Case):
+    """DeepSpeed's raw all-reduce, in place on a tensor over ``out`` (bench/peers.py), which
+    prepare() fills from ``x`` before the checked run and each timed round, as for torch."""
+
+    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False):
+        import torch
+
+        Case.__init__(self, comm, op, redop, dtype, nbytes, xp, like=like, pool=pool, fresh=False)
+        self.fresh = fresh
+        self.tout = as_tensor(torch, self.out)
+        self.call = comm.caller(self, fresh)
+
+    def bind(self) -> None:
+        pass  # the call needs the tensor: made in __init__
+
+    def prepare(self) -> None:
+        self.out[...] = self.x
+
+
+class Missing:
+    """An algorithm that cannot run here: ``why`` says how to get it (printed in place of its rows)."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def close(self) -> None:
+        pass
 
 
 class HeapPool:
@@ -282,6 +354,13 @@ def make_comm(alg: str, world, kw: dict, want_ringzero: bool = False):
     """
     if alg == "p2p":
         return BareRing(world)
+    if alg == "mpi":  # mpi4py itself
+        return RawMpi(world)
+    if alg == "copy":
+        return CopyFloor(world)
+    if alg == "deepspeed":
+        why = deepspeed_missing()
+        return Missing(why) if why else DeepSpeedShm(world)
     if alg in ("gloo", "torch"):
         import torch.distributed as dist
 
@@ -291,8 +370,8 @@ def make_comm(alg: str, world, kw: dict, want_ringzero: bool = False):
             groups = init_groups(world, ringzero=want_ringzero)
             _torch_groups.update({"gloo": groups["gloo"], "torch": groups.get("ringzero")})
         return TorchComm(dist, _torch_groups[alg], alg)
-    # Our ring keeps its safety header on; MPI's own collectives run bare, as users know them.
-    return Communicator(algorithm=alg, verify=(alg == "ring"), **kw)
+    # Our ring keeps its safety header on; MPI behind our API runs without it (mpi-api).
+    return Communicator(algorithm="mpi" if alg == "mpi-api" else alg, verify=(alg == "ring"), **kw)
 
 
 MAX_ITERS = 5000  # iterations a timed block, at the most
@@ -304,13 +383,16 @@ def block_iters(case, a, world) -> int:
     estimate, so every rank runs the same count)."""
     if a.block_ms <= 0:
         return a.iters
-    t0 = time.perf_counter()
-    for _ in range(3):
-        case.run()
-    if a.device == "cuda":
-        import cupy
-        cupy.cuda.runtime.deviceSynchronize()
-    per_call = world.allreduce((time.perf_counter() - t0) / 3, op=MPI.MAX)
+    per = []
+    for k in (3, 5):  # the better of two estimates: a first call can pay a one-time cost (a lazy init)
+        t0 = time.perf_counter()
+        for _ in range(k):
+            case.run()
+        if a.device == "cuda":
+            import cupy
+            cupy.cuda.runtime.deviceSynchronize()
+        per.append((time.perf_counter() - t0) / k)
+    per_call = world.allreduce(min(per), op=MPI.MAX)
     return int(min(max(a.iters, math.ceil(a.block_ms * 1e-3 / max(per_call, 1e-9))), MAX_ITERS))
 
 
@@ -333,8 +415,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--redop", default="sum")
     p.add_argument("--algorithm", default="ring,mpi",
-                   help="comma list of ring, mpi, nccl, p2p (the bare ring: see bench/bare_ring.py), "
-                        "gloo (torch.distributed's Gloo), torch (our ring through the ringzero ProcessGroup)")
+                   help="comma list of ring, mpi (mpi4py itself), mpi-api (MPI behind our API), nccl, p2p (the "
+                        "bare ring: see bench/bare_ring.py), gloo (torch.distributed's Gloo), torch (our ring "
+                        "through the ringzero ProcessGroup), deepspeed (its CPU shared-memory all-reduce)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--chunk-bytes", type=int, default=None, help="ring chunk size (default: library's)")
     p.add_argument("--json", default=None, help="write the records here (rank 0)")
@@ -342,6 +425,11 @@ def main(argv=None) -> int:
     p.add_argument("--symmetric", action="store_true",
                    help="buffers from comm.alloc (the node's symmetric heap), shared by every algorithm:"
                         " the ring reads peers' buffers directly")
+    p.add_argument("--fresh", action="store_true",
+                   help="pass new views x[:] and out[:] of the buffers on every call (what code that slices or "
+                        "reallocates per call hands over), for every algorithm")
+    p.add_argument("--breakdown", action="store_true",
+                   help="after the sweep: where a small call's time goes (bench/breakdown.py)")
     a = p.parse_args(argv)
 
     world = MPI.COMM_WORLD
@@ -362,8 +450,17 @@ def main(argv=None) -> int:
         p.error("Gloo has no avg reduction: use --redop sum (or leave gloo out)")
     if a.symmetric and a.device != "cpu":
         p.error("--symmetric allocates host arrays in the node's shared-memory heap: use --device cpu")
-    if a.symmetric and not any(x in ("ring", "mpi") for x in algos):
-        p.error("--symmetric allocates through our communicator: add ring or mpi to --algorithm")
+    if a.symmetric and not any(x in ("ring", "mpi-api") for x in algos):
+        p.error("--symmetric allocates through our communicator: add ring or mpi-api to --algorithm")
+    if "mpi" in algos:
+        if a.device != "cpu":
+            p.error("--algorithm mpi (mpi4py itself) runs on host arrays here: use --device cpu or mpi-api")
+        why = unsupported_mpi(a.dtype, a.redop)
+        if why:
+            p.error(why)
+    if "deepspeed" in algos and (a.device != "cpu" or a.redop != "sum" or a.dtype not in
+                                 ("float32", "bfloat16", "float16")):
+        p.error("--algorithm deepspeed all-reduces CPU tensors of float32, bfloat16 or float16 with --redop sum")
     dtype = to_dtype(a.dtype)
     if a.device == "cuda":
         import cupy as xp
@@ -381,7 +478,7 @@ def main(argv=None) -> int:
     records = []
     pool = None
     if a.symmetric:  # on ring's communicator, so that its heap is the one the ring reads
-        owner = comms["ring"] if "ring" in comms else comms["mpi"]
+        owner = comms["ring"] if "ring" in comms else comms["mpi-api"]
         pool = HeapPool(owner, max(sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor),
                                    default=1), dtype)
     ours = next((c for c in comms.values() if isinstance(c, Communicator) and c.algorithm == "ring"), None)
@@ -394,7 +491,7 @@ def main(argv=None) -> int:
 
     say(f"# ringzero collectives benchmark: {n} ranks, dtype {a.dtype}, redop {a.redop}, device {a.device}")
     if a.symmetric:
-        say(f"# buffers: symmetric (comm.alloc on {'ring' if 'ring' in comms else 'mpi'}'s communicator,"
+        say(f"# buffers: symmetric (comm.alloc on {'ring' if 'ring' in comms else 'mpi-api'}'s communicator,"
             f" the node's shared-memory heap), the same arrays for every algorithm")
     else:
         say(f"# buffers: numpy ({'cupy' if a.device == 'cuda' else 'ordinary host'} arrays), the same arrays"
@@ -405,8 +502,13 @@ def main(argv=None) -> int:
                                                        " (unset: ordinary host arrays staged up to each collective's"
                                                        " limit, the ring above; docs/symmetric.md)" if stage else
                                                        " (unset: not staged here, ordinary arrays take the ring)"))
+    missing = {alg: c.why for alg, c in comms.items() if isinstance(c, Missing)}
+    for alg, why in missing.items():
+        say(f"# {alg}: no rows ({why})")
+    algos = [x for x in algos if x not in missing]
     baselines = [b for b in BASELINES if b in algos]
     overhead = "torch" in algos and "ring" in algos
+    say(f"# calls: {'fresh views x[:] and out[:] on every call (--fresh)' if a.fresh else 'the same objects every call'}")
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters"
         + (f" (more for fast calls: about {a.block_ms:g} ms a block, at most {MAX_ITERS})" if a.block_ms > 0 else "")
         + ", algorithms taking turns each round; time = median over rounds of (max over ranks of the mean per"
@@ -425,39 +527,46 @@ def main(argv=None) -> int:
            f"{'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
            + "".join(f" {'vs ' + b:>8}" for b in baselines)
            + (f" {'torch-ring(us)':>14} {'torch-api(us)':>12}" if overhead else ""))
+    everyone = algos
     for op in ops:
+        algos = [x for x in everyone if op in ONLY.get(x, OPS)]
         say()
         say(hdr)
+        for x in everyone:
+            if x not in algos:
+                say(f"# {x}: no {op} (it serves {', '.join(ONLY[x])} only)")
         for size in sizes(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor):
             row, cases, times, iters = {}, {}, {alg: [] for alg in algos}, {}
             api = []  # --algorithm torch: per round, the same dist.* call on a group that does nothing
             for alg in algos:
                 first = cases[algos[0]] if cases else None
-                kind = TorchCase if alg in ("gloo", "torch") else Case
-                case = cases[alg] = kind(comms[alg], op, a.redop, dtype, size, xp, like=first, pool=pool)
+                kind = TorchCase if alg in ("gloo", "torch") else DeepSpeedCase if alg == "deepspeed" else Case
+                case = cases[alg] = kind(comms[alg], op, a.redop, dtype, size, xp, like=first, pool=pool,
+                                         fresh=a.fresh)
                 case.out[...] = SENTINEL  # shared buffers: a result left by the last algorithm must not count
                 case.prepare()
                 c = comms[alg]
                 if isinstance(c, Communicator) and c.algorithm == "ring":
                     path = traced_path(c, case.run, world)
                 else:
-                    path = alg if isinstance(c, Communicator) else None
+                    path = "mpi" if isinstance(c, Communicator) else None
                     case.run()
-                wrong = world.allreduce(case.wrong(), op=MPI.SUM)
+                unchecked = getattr(c, "unchecked", False)  # the copy floor: not a collective's result
+                wrong = 0 if unchecked else world.allreduce(case.wrong(), op=MPI.SUM)
                 for _ in range(a.warmup_iters):
                     case.run()
                 iters[alg] = block_iters(case, a, world)
-                row[alg] = {"wrong": wrong, "path": path}
+                row[alg] = {"wrong": wrong, "path": path, "checked": not unchecked}
             for rnd in range(max(a.rounds, 1)):  # algorithms take turns, so drift touches all alike,
                 for alg in algos[rnd % len(algos):] + algos[:rnd % len(algos)]:  # each going first in turn
                     case = cases[alg]
                     case.prepare()
                     comms[alg].barrier()
                     world.Barrier()
-                    k = iters[alg]
+                    k, call = iters[alg], case.call
                     t0 = time.perf_counter()
                     for _ in range(k):
-                        case.run()
+                        call()
                     if a.device == "cuda":
                         xp.cuda.runtime.deviceSynchronize()
                     times[alg].append(world.allreduce((time.perf_counter() - t0) / max(k, 1), op=MPI.MAX))
@@ -473,9 +582,12 @@ def main(argv=None) -> int:
                 rec = dict(op=op, algorithm=alg, dtype=a.dtype, redop=a.redop, bytes=case.nbytes,
                            count=case.count, ranks=n, time_us=dt * 1e6, algbw=algbw,
                            busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device,
-                           rounds_us=[t * 1e6 for t in times[alg]], iters=iters[alg], buffers=mode, stage=stage)
+                           rounds_us=[t * 1e6 for t in times[alg]], iters=iters[alg], buffers=mode, stage=stage,
+                           fresh=a.fresh)
                 if row[alg]["path"] is not None:
                     rec["path"] = row[alg]["path"]
+                if not row[alg]["checked"]:
+                    rec["checked"] = False
                 row[alg] = rec
                 records.append(rec)
             for alg, rec in row.items():
@@ -483,6 +595,9 @@ def main(argv=None) -> int:
                 for b in baselines:
                     if alg == b:
                         cols.append("-")
+                        continue
+                    if b not in algos:  # it does not serve this collective
+                        cols.append("n/a")
                         continue
                     # busbw ratio = time ratio, round by round
                     rec[f"ratio_vs_{b}"] = paired_ratio(times[b], times[alg])
@@ -508,8 +623,9 @@ def main(argv=None) -> int:
                 say(f"{op:>14} {rec['bytes']:>11} {rec['count']:>10} {a.dtype:>8} "
                     f"{a.redop if op in ('all_reduce', 'reduce_scatter') else 'none':>5} {alg:>9} "
                     f"{rec['time_us']:>10.1f} {rec['algbw']:>11.3f} {rec['busbw']:>11.3f} "
-                    f"{rec['wrong']:>6}" + "".join(f" {c:>8}" for c in cols[:len(baselines)])
+                    f"{rec['wrong'] if rec.get('checked', True) else '-':>6}" + "".join(f" {c:>8}" for c in cols[:len(baselines)])
                     + (f" {cols[-2]:>14} {cols[-1]:>12}" if overhead else ""))
+    algos = everyone
     say()
     total_wrong = sum(r["wrong"] for r in records)
     for alg in algos:
@@ -550,6 +666,13 @@ def main(argv=None) -> int:
         for r in records:
             r["membw_gbps"] = membw
             r["roofline_gbps"] = memory_roofline(r["op"], n, membw) if membw else None
+    if a.breakdown:
+        from breakdown import breakdown  # bench/breakdown.py
+
+        extra = breakdown(world, ops, [s_ for s_ in sizes(parse_size(a.minbytes), parse_size(a.maxbytes),
+                                                          a.stepfactor) if s_ <= 64 * 1024] or [1024],
+                          dtype, a.redop, rounds=max(a.rounds, 3), comms=comms, say=say)
+        records.extend(extra)
     if rank == 0 and a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
@@ -558,7 +681,7 @@ def main(argv=None) -> int:
     if a.plot and rank == 0:
         from plot import plot_busbw  # bench/plot.py
 
-        plot_busbw(records, a.plot, membw_gbps=membw)
+        plot_busbw([r for r in records if not r.get("breakdown")], a.plot, membw_gbps=membw)
         print(f"# wrote {a.plot}")
     for c in comms.values():
         c.close()

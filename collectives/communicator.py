@@ -5,7 +5,10 @@ its arguments on the caller's thread before a byte moves, builds the header,
 asks roads.py for its road, and hands over to dispatch.py, which runs it (now,
 or queued behind earlier async calls). The checks, the header and the road
 make a plan (plan.py), kept for a call that passes the same objects again,
-which then only checks that they are unchanged.
+which then only checks that they are unchanged. Before all that, a blocking
+call with an ``out`` on the direct roads goes to the lane (fast/lane.py), which
+runs the call's C program when its arrays are ones (or shaped like ones) a
+C program was written for, whatever objects they are.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from . import dispatch, plan, roads, tuning
 from .arrays import tensor_in_heap
 from .context import Context
 from .dtypes import dtype_code
+from .fast import lane as fast_lane
 from .kernels import NUMPY_KERNELS
 from .resources import Resources
 from .roads import MAX_MESSAGE_BYTES, MAX_SMALL_BYTES, Road
@@ -101,8 +105,24 @@ class Communicator(Resources):
         self.host_ctx = Context(transport, NUMPY_KERNELS, "", self.timeout, self.chunk_bytes,
                                 self.host_scratch, tracer, self.cache, self.window)
         self.symmetric = None  # the node's heap and direct roads (collectives/symmetric)
+        self.lane = self._lane = None  # fast/lane.py: the Lane, and its run
         self.setup_staging(stage if stage is not None else t.stage)
         self._barrier_plan = None
+        self._make_lane()
+
+    def _make_lane(self) -> None:
+        self.lane = fast_lane.make(self, self._replan) if self.symmetric is not None else None
+        self._lane = self.lane.run if self.lane is not None else None
+
+    def _replan(self, kind, x, out, arg):
+        """A call the lane began, as the Python path plans it (no cache key)."""
+        if kind == "all_reduce":
+            return plan.all_reduce(self, None, x, arg, out)
+        if kind == "reduce_scatter":
+            return plan.reduce_scatter(self, None, x, arg, out, None)
+        if kind == "all_gather":
+            return plan.all_gather(self, None, x, out, None)
+        return plan.broadcast(self, None, x, arg, out)
 
     # ------------------------------------------------------------------ API
     def all_reduce(self, x, op: str = "sum", out=None, async_op: bool = False):
@@ -120,6 +140,12 @@ class Communicator(Resources):
         Returns:
           ``out`` (a new array of x's kind and shape when None), or a Work.
         """
+        if out is not None and not async_op:
+            lane = self._lane
+            if lane is not None:
+                r = lane(0, x, out, op)
+                if r is not None:
+                    return r
         key = ("ar", id(x), id(out), op) if type(op) is str else None
         p = self.plans.get(key) if key is not None else None
         if p is not None:
@@ -139,6 +165,12 @@ class Communicator(Resources):
             split, which needs x.size divisible by the world size.
           async_op: return a Work instead of the result.
         """
+        if out is not None and counts is None and not async_op:
+            lane = self._lane
+            if lane is not None:
+                r = lane(1, x, out, op)
+                if r is not None:
+                    return r
         key = ("rs", id(x), id(out), op) if counts is None and type(op) is str else None
         p = self.plans.get(key) if key is not None else None
         if p is not None:
@@ -157,6 +189,12 @@ class Communicator(Resources):
           counts: elements per rank; by default every piece has x.size.
           async_op: return a Work instead of the result.
         """
+        if out is not None and counts is None and not async_op:
+            lane = self._lane
+            if lane is not None:
+                r = lane(2, x, out, None)
+                if r is not None:
+                    return r
         key = ("ag", id(x), id(out)) if counts is None else None
         p = self.plans.get(key) if key is not None else None
         if p is not None:
@@ -174,6 +212,12 @@ class Communicator(Resources):
           out: where to write (same size, dtype and kind); ``out=x`` is in place.
           async_op: return a Work instead of the result.
         """
+        if out is not None and not async_op:
+            lane = self._lane
+            if lane is not None:
+                r = lane(3, x, out, root)
+                if r is not None:
+                    return r
         key = ("bc", id(x), id(out), root) if type(root) is int else None
         p = self.plans.get(key) if key is not None else None
         if p is not None:
@@ -230,7 +274,15 @@ class Communicator(Resources):
             self.symmetric = self.make_symmetric(stage=False)
             self.plans.clear()  # plans made before chose their road without the heap
             self._barrier_plan = None
-        return self.symmetric.alloc(shape, dtype)
+            self._make_lane()
+        a = self.symmetric.alloc(shape, dtype)
+        if self.lane is not None:  # an address the lane knew may be in the heap now
+            fast_lane.spans(self, self.lane)
+        return a
+
+    def close(self) -> None:
+        self.lane = self._lane = None
+        super().close()
 
     def __enter__(self):
         return self

@@ -80,6 +80,9 @@ def execute(comm, p, seq: int, xa, oa, stream):
             from .fast.program import build
             p.program = build(comm, p, xa, oa, tracer.since(mark, comm.rank) if tracer is not None else ())
             p.in_c = p.program is not None
+            if p.in_c and comm.lane is not None:  # and let the lane run it from the call's first line
+                from .fast.lane import offer
+                offer(comm, p, xa, oa)
     except BaseException as e:
         comm.broken = e
         ctx.abandon()
@@ -275,7 +278,7 @@ DIRECT = {
     "broadcast": lambda comm, ctx, hdr, xa, oa, in_place, root, xl:
         comm.symmetric.direct.broadcast(ctx, hdr, xa.host, oa.host, root, xl),
 }
-IN_C = frozenset(DIRECT[k] for k in ("all_reduce", "reduce_scatter", "all_gather")) | {SYMMETRIC["barrier"]}
+IN_C = frozenset(DIRECT[k] for k in ("all_reduce", "reduce_scatter", "all_gather", "broadcast")) | {SYMMETRIC["barrier"]}
 
 
 def host_array(x) -> bool:

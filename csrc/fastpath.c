@@ -18,11 +18,14 @@
  *   WAIT    flag phase peer step     spin until flag >= base + phase
  *   HCHECK  mine peer nwords         a peer's header words equal ours?
  *   LCHECK  locs e0 e1 e2 e3         a peer's posted locations are the ones the
- *                                    program was written for?
+ *                                    program was written for? (ANY: any value;
+ *                                    a private input read in place is at an
+ *                                    address of the peer's own choosing)
  *   REDUCE  dtype op dst count nsrc src...   dst = src0 op src1 op ... (in order)
  *   RAISE   flag phase               flag = base + phase
- *   CMAREAD pid remote dst nbytes    dst = nbytes at address remote of process pid
- *                                    (process_vm_readv: a peer's private input, cma.py)
+ *   CMAREAD pid at add dst nbytes    dst = nbytes at address *at + add of process pid
+ *                                    (process_vm_readv: a peer's private input, cma.py,
+ *                                    at the address the peer posted this call)
  *   END
  *
  * pipe(descriptor address, base, deadline, spin, yield, max_sleep) runs a large
@@ -37,7 +40,7 @@
  * yield, then sleep with the GIL released, checking for signals (Ctrl-C)
  * between sleeps: collectives/waiting.py's policy, its times passed in
  * (wait.c). Nothing here allocates; a program's memory is kept alive by its
- * Python owner.
+ * Python owner. lane.c runs programs from a call's first Python line.
  */
 #include "fastpath.h"
 
@@ -78,7 +81,7 @@ static int cma_read(int64_t pid, int64_t remote, void *dst, int64_t n) {
     return 0;
 }
 
-static int64_t execute(const int64_t *prog, int64_t base, double deadline, const Pace *pace) {
+int64_t rz_execute(const int64_t *prog, int64_t base, double deadline, const Pace *pace) {
     int64_t at = 0;
     for (;;) {
         const int64_t *w = prog + at;
@@ -90,8 +93,8 @@ static int64_t execute(const int64_t *prog, int64_t base, double deadline, const
             at += 4;
             break;
         case OP_CMAREAD:
-            if (w[4] && cma_read(w[1], w[2], PTR(w[3]), w[4])) return RC_SIGNAL;
-            at += 5;
+            if (w[5] && cma_read(w[1], load_acquire(PTR(w[2])) + w[3], PTR(w[4]), w[5])) return RC_SIGNAL;
+            at += 6;
             break;
         case OP_POST: {
             int64_t *area = PTR(w[1]);
@@ -112,10 +115,13 @@ static int64_t execute(const int64_t *prog, int64_t base, double deadline, const
             if (memcmp(PTR(w[1]), PTR(w[2]), (size_t)w[3] * 8)) return RC_MISMATCH;
             at += 4;
             break;
-        case OP_LCHECK:
-            if (memcmp(PTR(w[1]), w + 2, 4 * 8)) return RC_CHANGED;
+        case OP_LCHECK: {
+            const int64_t *got = PTR(w[1]);
+            for (int i = 0; i < 4; i++)
+                if (w[2 + i] != ANY && got[i] != w[2 + i]) return RC_CHANGED;
             at += 6;
             break;
+        }
         case OP_REDUCE: {
             int bad;
             if (w[4] * (w[1] == DT_F32 || w[1] == DT_I32 ? 4 : 8) < BIG_BYTES) {
@@ -152,7 +158,7 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (rz_args(args, nargs, "run(program, base, deadline, spin, yield, max_sleep)", &addr, &base, &deadline,
                 &pace))
         return NULL;
-    int64_t rc = execute(PTR(addr), base, deadline, &pace);
+    int64_t rc = rz_execute(PTR(addr), base, deadline, &pace);
     if (rc == RC_SIGNAL) return NULL;
     return PyLong_FromLongLong(rc);
 }
@@ -192,7 +198,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     static const char *const reds[] = {"sum", "prod", "max", "min"};              /* RED_* */
     if (add_codes(m, "DTYPES", dtypes, 4) < 0 || add_codes(m, "OPS", reds, 4) < 0) return NULL;
     if (PyModule_AddIntConstant(m, "PIPE_HEAD", PIPE_HEAD) < 0 || PyModule_AddIntConstant(m, "RC_MISMATCH", RC_MISMATCH) < 0 ||
-        PyModule_AddIntConstant(m, "RC_CHANGED", RC_CHANGED) < 0)
+        PyModule_AddIntConstant(m, "RC_CHANGED", RC_CHANGED) < 0 || PyModule_AddIntConstant(m, "ANY", ANY) < 0 ||
+        rz_add_lane(m) < 0)
         return NULL;
     return m;
 }

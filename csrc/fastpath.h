@@ -1,6 +1,7 @@
 /* fastpath.h: what the C fast path's files share (collectives._fastpath).
  *
- * fastpath.c runs the direct roads' programs and defines the module, pipe.c
+ * fastpath.c runs the direct roads' programs and defines the module, lane.c
+ * takes a repeated call into C from its first Python line, pipe.c
  * runs the pipe, wait.c holds the one wait (spin, yield, sleep: the policy of
  * collectives/waiting.py, with its times passed in) and the element-wise
  * reductions both use. Codes here are exported to Python by fastpath.c
@@ -21,6 +22,7 @@ enum { RED_SUM, RED_PROD, RED_MAX, RED_MIN };
 #define RC_SIGNAL (-3)
 #define PTR(w) ((void *)(intptr_t)(w))
 #define PIPE_HEAD 12 /* words before a pipe descriptor's per-rank arrays (pipe.c) */
+#define ANY INT64_MIN  /* an LCHECK word that matches any posted value */
 
 /* How a wait paces itself (collectives/waiting.py's WaitPolicy, per call). */
 typedef struct {
@@ -41,3 +43,5 @@ int rz_reduce(int64_t dtype, int64_t op, void *dst, int64_t count, int64_t nsrc,
 int rz_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, int64_t *addr, int64_t *base,
             double *deadline, Pace *pace);
 PyObject *rz_pipe(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int64_t rz_execute(const int64_t *prog, int64_t base, double deadline, const Pace *pace);
+int rz_add_lane(PyObject *m); /* lane.c: the Lane type */

@@ -30,7 +30,8 @@ def test_bench_records_follow_nccl_tests_conventions(tmp_path):
         assert r["wrong"] == 0 and r["ranks"] == 2, r
         # ordinary arrays on two ranks: staged by default (every size here is within the limits)
         assert r["buffers"] == "numpy" and r["stage"] is True
-        assert r.get("path") == {"ring": "direct", "mpi": "mpi"}.get(r["algorithm"]), r
+        assert r.get("path") == {"ring": "direct"}.get(r["algorithm"]), r  # raw mpi4py has no road
+        assert r["fresh"] is False
         assert abs(r["algbw"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) < 1e-9 * max(1, r["algbw"])
         factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(r["op"], 0.5)  # 2(n-1)/n, 1 and (n-1)/n at n = 2
         assert abs(r["busbw"] - r["algbw"] * factor) < 1e-12 + 1e-9 * r["busbw"]
@@ -139,7 +140,7 @@ def test_bench_symmetric_buffers_take_the_direct_path(tmp_path):
     assert sorted({r["bytes"] for r in recs}) == [1024, 32768, 1048576]  # one-phase and two-phase all-reduce
     for r in recs:
         assert r["wrong"] == 0 and r["buffers"] == "symmetric" and r["stage"] is True, r  # the default, 2 ranks
-        assert r.get("path") == {"ring": "direct", "mpi": "mpi"}.get(r["algorithm"]), r
+        assert r.get("path") == {"ring": "direct"}.get(r["algorithm"]), r
     assert "# ring path (symmetric buffers): direct reads in 12 of 12 cases" in p.stdout
     assert "# out of bounds values : 0 OK" in p.stdout
     # staging on, one rank: the header and the records say so
@@ -152,6 +153,70 @@ def test_bench_symmetric_buffers_take_the_direct_path(tmp_path):
     assert all(r["stage"] is True and r["buffers"] == "numpy" for r in json.loads(out.read_text()))
     # refused before any rank starts
     for bad, why in ((["--symmetric", "--device", "cuda"], "use --device cpu"),
-                     (["--symmetric", "--algorithm", "gloo"], "add ring or mpi")):
+                     (["--symmetric", "--algorithm", "gloo"], "add ring or mpi-api")):
+        p = run_mpi(1, ROOT / "bench" / "collectives.py", *bad, timeout=60)
+        assert p.returncode != 0 and why in p.stderr, p.stderr
+
+
+def _deepspeed_built() -> bool:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from peers import deepspeed_missing  # bench/peers.py
+    finally:
+        sys.path.pop(0)
+    return deepspeed_missing() is None
+
+
+def test_raw_baselines_fresh_views_and_the_breakdown(tmp_path):
+    """mpi is mpi4py itself, mpi-api MPI behind our API, deepspeed its shared-memory all-reduce
+    (where built; else the table says how to build it): with --fresh views every call, every
+    result right, a paired ratio against raw mpi (and deepspeed on all-reduce) on every other
+    row; --breakdown adds one record per small case, its parts timed."""
+    out = tmp_path / "bench.json"
+    ops = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+    p = run_mpi(2, ROOT / "bench" / "collectives.py", "-b", "1K", "-e", "16K", "-f", "16", "-w", "1", "-n", "3",
+                "-r", "3", "--op", ",".join(ops), "--algorithm", "ring,mpi,mpi-api,deepspeed", "--fresh",
+                "--breakdown", "--json", str(out), timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "# calls: fresh views x[:] and out[:] on every call (--fresh)" in p.stdout
+    recs = json.loads(out.read_text())
+    sweep = [r for r in recs if not r.get("breakdown")]
+    ds = _deepspeed_built()
+    want = {(op, a) for op in ops for a in ("ring", "mpi", "mpi-api")} | ({("all_reduce", "deepspeed")} if ds else set())
+    assert {(r["op"], r["algorithm"]) for r in sweep} == want
+    if not ds:
+        assert "# deepspeed: no rows (" in p.stdout and "make bench-peers" in p.stdout
+    for r in sweep:
+        assert r["wrong"] == 0 and r["fresh"] is True, r
+        assert (r["algorithm"] == "mpi") == ("ratio_vs_mpi" not in r), r
+        if r["algorithm"] != "mpi":
+            assert r["ratio_vs_mpi"] > 0
+        assert ("ratio_vs_deepspeed" in r) == (ds and r["op"] == "all_reduce" and r["algorithm"] != "deepspeed"), r
+        assert r.get("path") == {"ring": "direct", "mpi-api": "mpi"}.get(r["algorithm"]), r
+    rows = _table(p.stdout)
+    assert all(row[9] == "0" for row in rows if len(row) > 9 and row[5] in ("ring", "mpi", "mpi-api", "deepspeed"))
+    parts = [r for r in recs if r.get("breakdown")]
+    assert {(r["op"], r["bytes"]) for r in parts} == {(op, b) for op in ops for b in (1024, 16384)}
+    for r in parts:
+        for k in ("mpi", "call", "fresh", "checks", "agreement", "movement"):
+            assert 0 < r["parts_us"][k] < 1e5, (k, r)
+        assert abs(r["rest_us"] - (r["parts_us"]["call"] - r["parts_us"]["agreement"]
+                                   - r["parts_us"]["movement"])) < 1e-9
+    assert "# breakdown of small calls" in p.stdout
+
+
+def test_deepspeed_missing_says_how_to_build_it(tmp_path):
+    """Without its op built (TORCH_EXTENSIONS_DIR elsewhere), the deepspeed row says how to get it
+    and the rest of the run goes on; raw MPI refuses what it cannot reduce."""
+    cmd = mpirun_cmd(1) + [sys.executable, str(ROOT / "bench" / "collectives.py"), "-b", "1K", "-e", "1K", "-w", "0",
+                           "-n", "1", "-r", "1", "--op", "all_reduce", "--algorithm", "ring,mpi,deepspeed"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=dict(mpi_env(), TORCH_EXTENSIONS_DIR=str(tmp_path)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "# deepspeed: no rows (" in p.stdout and "make bench-peers" in p.stdout, p.stdout
+    assert len([r for r in _table(p.stdout) if r[5] in ("ring", "mpi")]) == 2
+    for bad, why in ((["--algorithm", "mpi", "--dtype", "bfloat16"], "raw MPI reduces"),
+                     (["--algorithm", "mpi", "--redop", "avg"], "MPI has no avg"),
+                     (["--algorithm", "deepspeed", "--redop", "max"], "--algorithm deepspeed all-reduces")):
         p = run_mpi(1, ROOT / "bench" / "collectives.py", *bad, timeout=60)
         assert p.returncode != 0 and why in p.stderr, p.stderr

@@ -115,7 +115,9 @@ def test_peers_that_change_arrays_get_the_python_path():
     res = _run(3, "changed")
     for r in res:
         assert r["nfail"] == 0, r["failures"]
-    assert res[2]["runs"] > 0 and res[0]["runs"] == 0
+    # rank 0's program expects rank 2's last array: it runs to the end only when rank 2 posts
+    # that one again (a program the lane ran in between left the plan's own program as it was)
+    assert res[2]["runs"] > 0 and res[0]["runs"] < res[2]["runs"]
 
 
 def test_mismatch_and_absent_peer_after_many_c_calls():
@@ -130,7 +132,7 @@ def test_mismatch_and_absent_peer_after_many_c_calls():
 
 @pytest.mark.parametrize("n,cma", [(2, None), (3, None), (2, "0")])
 def test_large_all_gather_pieces_are_read_in_place(n, cma):
-    """All-gather pieces from the tuning's cma_min_bytes of ordinary arrays are offered in place and
+    """All-gather pieces from the tuning table's cma_min_bytes of ordinary arrays are offered in place and
     read with process_vm_readv (in Python, then in C): exact for even and uneven
     pieces, in place, beside a heap input. COLLECTIVES_CMA=0: staged, still exact."""
     res = _run(n, "cma", **({} if cma is None else {"COLLECTIVES_CMA": cma}))

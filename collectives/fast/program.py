@@ -18,8 +18,8 @@ by the Python path from the same slots, with the same messages. A traced
 call runs the program too and records what the Python run of it recorded.
 
 Programs cover, on one node: reductions of up to ``fast_max_bytes``, pushed
-all-reduces (no input staged) and all-gathers of up to ``fast_max_copy_bytes``,
-and the barrier, for the dtypes and ops fast/codes.py names.
+all-reduces (no input staged), all-gathers and broadcasts of up to
+``fast_max_copy_bytes``, and the barrier, for the dtypes and ops fast/codes.py names.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Program:
       runs: calls that ran to the end in C (tests check the road is taken).
     """
 
-    __slots__ = ("words", "addrs", "road", "stage", "keep", "trace", "runs", "rebuilds", "direct", "sig")
+    __slots__ = ("words", "addrs", "road", "stage", "keep", "trace", "runs", "rebuilds", "direct", "sig", "relocs")
 
     def __init__(self, direct, w, road, rebuilds, trace):
         self.words = [np.array(x, dtype=np.int64) for x in w.words]
@@ -58,6 +58,7 @@ class Program:
         self.direct, self.sig, self.stage, self.keep = direct, direct.sig, w.stage, w.keep
         self.road, self.trace = road, trace
         self.runs, self.rebuilds = 0, rebuilds
+        self.relocs = None  # the words addressing the call's own private x and out (writer.relocations)
 
     def run(self, comm, p, seq: int, xa, oa):
         """Call ``seq`` of plan ``p``: in C, or handed to the Python path where the
@@ -131,9 +132,10 @@ def build(comm, p, xa, oa, events=()):
         return Program(d, w, road, 0, trace)
     x, out = xa.host.reshape(-1), oa.host.reshape(-1)
     t = comm.tuning
-    big = kind == "all_gather" or road is Road.PUSH
+    big = kind in ("all_gather", "broadcast") or road is Road.PUSH
     if max(x.nbytes, out.nbytes) > (t.fast_max_copy_bytes if big else t.fast_max_bytes):
         return None
+    oloc = None
     if kind == "all_reduce":
         op, xloc, oloc = p.args
         ok = writer.all_reduce(w, d, x, out, op, xloc, oloc, road)
@@ -143,7 +145,15 @@ def build(comm, p, xa, oa, events=()):
     elif kind == "all_gather":
         counts, xloc, oloc = p.args
         ok = writer.all_gather(w, d, x, out, counts, xloc, oloc, road)
+    elif kind == "broadcast":
+        root, xloc = p.args
+        ok = writer.broadcast(w, d, x, out, root, xloc)
     else:
         return None
+    if not ok:
+        return None
     # (the caller's arrays are not kept: a plan hit means they live, unchanged, where they were)
-    return Program(d, w, road, p.rebuilds, trace) if ok else None
+    prog = Program(d, w, road, p.rebuilds, trace)
+    if xloc is None and oloc is None:  # private arrays: the same steps serve any placement (lane.c)
+        prog.relocs = writer.relocations(w.words, ((address(x), x.nbytes), (address(out), out.nbytes)))
+    return prog

@@ -4,7 +4,9 @@
 time; ``all_reduce``, ``reduce_scatter`` and ``all_gather`` write a call's two
 programs the way the direct roads run it (symmetric/allreduce.py, gather.py,
 scatter.py) on the road the Python call took, or say False where a program
-cannot cover that call.
+cannot cover that call (``broadcast`` too). ``relocations`` lists the words that address the call's
+own x and out, so that csrc/lane.c can run the same programs for arrays of the
+same shape elsewhere in memory.
 """
 from __future__ import annotations
 
@@ -51,8 +53,9 @@ class Writer:
             self.cur += [C.HCHECK, self.area(self.rank, par), self.area(q, par), NF]
 
     def lcheck(self, par):
-        for q in self.others:
-            self.cur += [C.LCHECK, self.area(q, par) + 8 * NF, *self.src[q], *self.dst[q]]
+        for q in self.others:  # a peer's input read in place may be anywhere in its memory, call to call
+            src = (CMA_WIN, C.ANY) if self.src[q][0] == CMA_WIN else self.src[q]
+            self.cur += [C.LCHECK, self.area(q, par) + 8 * NF, *src, *self.dst[q]]
 
     def copy(self, dst, src):
         if dst.nbytes:
@@ -184,8 +187,9 @@ def all_gather(w, d, x, out, counts, xloc, oloc, road) -> bool:
         for q, ((o, c),) in enumerate(stage.ranges_of(counts)):
             if q == r:
                 own = (out[o:o + c], x[:c] if xloc is None else w.src_view(q, par, c, dt))
-            elif w.src[q][0] == CMA_WIN:
-                w.cur += [C.CMAREAD, d.pids[q], w.src[q][1], address(out[o:o + c]), c * dt.itemsize]
+            elif w.src[q][0] == CMA_WIN:  # at the address q posts in this call's header area
+                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 1), 0, address(out[o:o + c]),
+                          c * dt.itemsize]
             else:
                 w.copy(out[o:o + c], w.src_view(q, par, c, dt))
         w.cur += [C.RAISE, w.slot[r], DONE]
@@ -196,6 +200,40 @@ def all_gather(w, d, x, out, counts, xloc, oloc, road) -> bool:
         w.end()
     if push is not None:
         w.keep.append(push)
+    return True
+
+
+def broadcast(w, d, x, out, root, xloc) -> bool:
+    """Direct.broadcast's steps: the root stages its input (or posts its heap array) and,
+    out of place, copies it into its out; every other rank waits for it and copies it
+    into its out; the root waits for its readers only when they read its heap input."""
+    r = d.rank
+    staged = w.src[root][0] == PRIVATE
+    if staged:
+        need = 2 * ((x.nbytes + 63) // 64 * 64)
+        if d.stage_window is None or d.stage_window.nbytes < need:
+            return False
+        w.stage = d.stage_window
+    for par in (0, 1):
+        mine = xloc if xloc is not None else (PRIVATE, PRIVATE)
+        if r == root and xloc is None:  # our input into the stage half of this call, before posting
+            w.copy(d.staged_view(r, par, x.nbytes).view(x.dtype), x)
+        w.post(par, mine, (PRIVATE, PRIVATE), INPUT if r == root or xloc is not None else READY)
+        w.wait_peers(READY)
+        w.hcheck(par)
+        w.lcheck(par)
+        if r == root:
+            if address(out) != address(x):
+                w.copy(out, x)
+            w.cur += [C.RAISE, w.slot[r], DONE]
+            if xloc is not None:  # peers read our heap input: wait until they are done
+                w.wait_peers(DONE)
+        else:
+            if staged:
+                w.cur += [C.WAIT, w.slot[root], INPUT, root, INPUT]
+            w.copy(out, w.src_view(root, par, x.size, x.dtype))
+            w.cur += [C.RAISE, w.slot[r], DONE]
+        w.end()
     return True
 
 
@@ -216,3 +254,41 @@ def _push(w, d, x, out, op, xloc, oloc) -> bool:
         w.finish(xloc)
     w.keep.append(chunks)
     return True
+
+
+# words of each op (op code first) and which of them are addresses of the caller's memory
+_OPS = None
+
+
+def _layout():
+    global _OPS
+    if _OPS is None:
+        _OPS = {C.COPY: (4, (1, 2)), C.WAIT: (5, ()), C.HCHECK: (4, ()), C.LCHECK: (6, ()), C.RAISE: (3, ()),
+                C.CMAREAD: (6, (4,))}
+    return _OPS
+
+
+def relocations(programs, ranges) -> np.ndarray:
+    """(parity, word index, base, offset) for every word of ``programs`` (one per epoch
+    parity) that addresses memory in ``ranges`` ((address, bytes) of x, then of out; an
+    address at a range's end counts, for empty views), as int64 rows."""
+    ops, out = _layout(), []
+    for par, words in enumerate(programs):
+        at = 0
+        while words[at] != C.END:
+            op = words[at]
+            if op == C.POST:
+                size, addrs = 10, (5,) if words[at + 4] == CMA_WIN else ()
+            elif op == C.REDUCE:
+                size = 6 + words[at + 5]
+                addrs = (3,) + tuple(range(6, size))
+            else:
+                size, addrs = ops[op]
+            for i in addrs:
+                a = words[at + i]
+                for base, (start, nbytes) in enumerate(ranges):
+                    if start <= a <= start + nbytes:
+                        out.append((par, at + i, base, a - start))
+                        break
+            at += size
+    return np.array(out, dtype=np.int64).reshape(-1, 4)

@@ -4,14 +4,21 @@ transport makes for large messages.
 
 A staged all-gather copies every piece three times (into the stage window,
 out of it into each peer's ``out``, and the own piece); MPI's copies it twice.
-So from the tuning table's ``cma_min_bytes`` a piece, an all-gather rank whose
-input is private and not inside its ``out`` posts its address instead of
-staging it (source window ``CMA_WIN``; in place, staging copies as much and
-needs no wait for readers); each peer reads it straight into its ``out`` with
-``process_vm_readv``, and the owner waits until every peer is done reading
-before it returns, as a heap input's owner does. Used where the node's ranks
-agreed at start that the kernel allows it (``probe``: same user, no ptrace
-restriction) and the tuning table's ``cma`` is on.
+Up to a few MiB a piece the three copies still win, run from cache by the
+C programs (bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt: staged
+1.6-2.5x raw MPI from 128 KiB to 2 MiB of output on two ranks, read in place
+1.0-1.1x), so from the tuning table's ``cma_min_bytes`` a piece (just above
+``stage_max_all_gather``) an all-gather rank whose input is private, and not
+inside its ``out``, posts its address instead of staging it (source window
+``CMA_WIN``; in place, staging copies as much and needs no wait for readers:
+FSDP2 at batch 16, whose all-gathers are in place, trained at 1.36-1.65x
+Gloo's steps/s with them offered, 2.19x without, and 1.84-2.10x with none); each peer reads
+it straight into its ``out`` with ``process_vm_readv``, and the owner waits
+until every peer is done reading before it returns, as a heap input's owner
+does. Used where the node's ranks agreed at start that the kernel allows it
+(``probe``: same user, no ptrace restriction) and the tuning table's ``cma``
+is on. A C program reads the address each peer posts in every call, so a peer
+may pass a new array each time (csrc/fastpath.c's CMAREAD).
 """
 from __future__ import annotations
 

@@ -16,8 +16,6 @@ completes.
 """
 from __future__ import annotations
 
-import threading
-
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions,
@@ -28,20 +26,12 @@ from ..communicator import Communicator
 from ..errors import CollectiveTimeout
 from .errors import torch_error
 from .ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
+from .start import contiguous as _contiguous, start
 from .ops import plain_op as _plain_op
 from . import sparse
 from .heap_pool import HeapPool
 from .peer import PeerCalls
 from .rooted import GroupNames, RootedCollectives
-from ..work import Work
-
-
-def _contiguous(t) -> bool:
-    """``t.is_contiguous()``; False for the compressed sparse layouts, which raise there."""
-    try:
-        return t.is_contiguous()
-    except RuntimeError:
-        return False
 
 
 # torch 2.13 says on every options object whether the call blocks (older torch does not: async path)
@@ -88,18 +78,24 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
     # error is raised here, as wait() would have). Else the call is queued and the
     # lane returns a OneWork (its future completes from the progress thread). The
     # lanes are written out, with no closure or helper between torch and the Communicator.
+    # A blocking call tries the Communicator's C lane first (fast/lane.py: it checks
+    # the tensors itself and returns None for what it does not take).
     def allreduce(self, tensors, opts=AllreduceOptions()):
         ro = opts.reduceOp
         op = _plain_op(ro)
         if op is not None and len(tensors) == 1:
             t = tensors[0]  # the common call (DDP's buckets too): nothing to stage
-            if _contiguous(t):
-                if _BLOCKING and not opts.asyncOp:
-                    try:
+            if _BLOCKING and not opts.asyncOp:
+                try:
+                    lane = self.comm._lane
+                    if lane is not None and lane(0, t, t, op) is not None:
+                        return None
+                    if _contiguous(t):
                         self.comm.all_reduce(t, op=op, out=t)
-                    except CollectiveTimeout as e:  # torch's DistBackendError (ops.torch_error)
-                        raise torch_error(e) from None
-                    return None
+                        return None
+                except CollectiveTimeout as e:  # torch's DistBackendError (errors.torch_error)
+                    raise torch_error(e) from None
+            elif _contiguous(t):
                 return OneWork(self.comm.all_reduce(t, op=op, out=t, async_op=True), tensors)
         op, factor = reduce_op(ro, "allreduce")
         if any(t.layout is not torch.strided for t in tensors):  # sparse COO: gathered (sparse.py)
@@ -113,15 +109,22 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
             if factor is not None:
                 c.mul_(premul_factor(factor, c, "allreduce"))
             launches.append(lambda a, c=c: self.comm.all_reduce(c, op=op, out=c, async_op=a))
-        return self._start(launches, list(tensors), stage, opts)
+        return start(launches, list(tensors), stage, opts)
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
         return self.allreduce(tensors, opts)
 
     def all_gather_single(self, output, input, opts=AllgatherOptions()):
-        if output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
+        blocking = _BLOCKING and not opts.asyncOp
+        lane = self.comm._lane
+        try:  # the lane takes contiguous tensors of one dtype, out size x world size only
+            if blocking and lane is not None and lane(2, input, output, None) is not None:
+                return None
+        except CollectiveTimeout as e:
+            raise torch_error(e) from None
+        if _contiguous(output) and _contiguous(input) and output.dtype == input.dtype \
                 and output.numel() == input.numel() * self.comm.size:  # FSDP2's common call: nothing to stage
-            if _BLOCKING and not opts.asyncOp:
+            if blocking:
                 try:
                     self.comm.all_gather(input, out=output)
                 except CollectiveTimeout as e:
@@ -140,13 +143,20 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
                                  f"{o.dtype} elements, input {i.numel()} {i.dtype} (x world size {self.comm.size})")
             x, out = stage.input(i), stage.output(o)
             launches.append(lambda a, x=x, out=out: self.comm.all_gather(x, out=out, async_op=a))
-        return self._start(launches, list(outputs), stage, opts)
+        return start(launches, list(outputs), stage, opts)
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
         op = _plain_op(opts.reduceOp)
-        if op is not None and output.is_contiguous() and input.is_contiguous() and output.dtype == input.dtype \
+        blocking = _BLOCKING and not opts.asyncOp
+        lane = self.comm._lane
+        try:  # (as in all_gather_single)
+            if op is not None and blocking and lane is not None and lane(1, input, output, op) is not None:
+                return None
+        except CollectiveTimeout as e:
+            raise torch_error(e) from None
+        if op is not None and _contiguous(output) and _contiguous(input) and output.dtype == input.dtype \
                 and input.numel() == output.numel() * self.comm.size:  # the common call: nothing to stage
-            if _BLOCKING and not opts.asyncOp:
+            if blocking:
                 try:
                     self.comm.reduce_scatter(input, op=op, out=output)
                 except CollectiveTimeout as e:
@@ -168,7 +178,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
             out, counts = stage.output(o), [o.numel()] * self.comm.size
             launches.append(lambda a, x=x, out=out, counts=counts: self.comm.reduce_scatter(
                 x, op=op, out=out, counts=counts, async_op=a))
-        return self._start(launches, list(outputs), stage, opts)
+        return start(launches, list(outputs), stage, opts)
 
     def allgather(self, output_lists, inputs, opts=AllgatherOptions()):
         same_length(output_lists, inputs, "allgather")
@@ -183,7 +193,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
             x = stage.input(i)
             launches.append(lambda a, x=x, flat=flat, counts=counts: self.comm.all_gather(
                 x, out=flat, counts=counts, async_op=a))
-        return self._start(launches, list(output_lists), stage, opts)
+        return start(launches, list(output_lists), stage, opts)
 
     def reduce_scatter(self, outputs, input_lists, opts=ReduceScatterOptions()):
         same_length(outputs, input_lists, "reduce_scatter")
@@ -201,7 +211,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
             out = stage.output(o)
             launches.append(lambda a, x=x, out=out, counts=counts: self.comm.reduce_scatter(
                 x, op=op, out=out, counts=counts, async_op=a))
-        return self._start(launches, list(outputs), stage, opts)
+        return start(launches, list(outputs), stage, opts)
 
     def broadcast(self, tensors, opts=BroadcastOptions()):
         root = opts.rootRank
@@ -210,10 +220,10 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
         for t in tensors:
             c = stage.inout(t)
             launches.append(lambda a, c=c: self.comm.broadcast(c, root=root, out=c, async_op=a))
-        return self._start(launches, list(tensors), stage, opts)
+        return start(launches, list(tensors), stage, opts)
 
     def barrier(self, opts=BarrierOptions()):
-        return self._start([lambda a: self.comm.barrier(async_op=a)], [], Stage(), opts)
+        return start([lambda a: self.comm.barrier(async_op=a)], [], Stage(), opts)
 
     # ------------------------------------------------- FSDP2's comm buffers
     def supports_tensor_alloc(self, device) -> bool:
@@ -240,52 +250,6 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
     alltoall_base = PeerCalls.all_to_all_single
-
-    # ----------------------------------------------------------- execution
-    def _start(self, launches, outputs, stage, opts=None):
-        """Run the collectives; return a torch Work whose future holds ``outputs``.
-        Blocking (``opts.asyncOp`` False; older torch does not say: async) they run on
-        this thread; else they are queued and the last to finish completes the future."""
-        if not getattr(opts, "asyncOp", True):
-            try:
-                for launch in launches:
-                    result = launch(False)
-                    if isinstance(result, Work):  # all-to-all: always queued
-                        result.wait()
-                stage.copy_back()
-            except Exception as e:  # noqa: BLE001  wait() raises it, as on the async path
-                return DoneWork(outputs, e)
-            return DoneWork(outputs)
-        fut = torch.futures.Future()
-        works = [launch(True) for launch in launches]
-        lock = threading.Lock()
-        left = [len(works)]
-        errors: list = []
-
-        def finished(work):
-            try:
-                work.result()
-            except BaseException as e:  # handed to whoever waits on the future
-                errors.append(e)
-            with lock:
-                left[0] -= 1
-                if left[0]:
-                    return
-            try:
-                if errors:
-                    raise errors[0]
-                stage.copy_back()
-            except BaseException as e:
-                fut.set_exception(torch_error(e))
-                return
-            fut.set_result(outputs)
-
-        if not works:
-            stage.copy_back()
-            fut.set_result(outputs)
-        for w in works:
-            w.add_done_callback(finished)
-        return FutureWork(fut, works)
 
 
 __all__ = ["DoneWork", "FutureWork", "OneWork", "RingzeroProcessGroup"]

@@ -18,6 +18,7 @@ from torch._C._distributed_c10d import AllToAllOptions, ScatterOptions
 from ..errors import CollectiveError
 from .errors import torch_error
 from .ops import Stage, split_counts
+from .start import start
 
 
 def _u8(t):
@@ -62,14 +63,14 @@ class P2PWork(dist.Work):
 
 
 class PeerCalls:
-    """Mixin for RingzeroProcessGroup (needs ``comm``, ``_wire`` and ``_start``)."""
+    """Mixin for RingzeroProcessGroup (needs ``comm`` and ``_wire``)."""
 
     def _queued(self, label: str, run, outputs, stage, opts):
         """Queue ``run()`` (a blocking wire call) on the progress thread, in call order."""
         if self._wire is None:
             raise RuntimeError(f"{label}: this group has no wire for all-to-all, scatter, send and recv")
         work = self.comm.engine.submit(run, label)
-        return self._start([lambda a: work], outputs, stage, opts)
+        return start([lambda a: work], outputs, stage, opts)
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
                           opts=AllToAllOptions()):

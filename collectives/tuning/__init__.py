@@ -81,8 +81,11 @@ SETTINGS = (
             f"{CPU2} (staged 1.45-1.87x MPI's time at 512 KiB-1 MiB in C, the two-rank ring 1.10-1.26x); {TUNE_FILE}"),
     Setting("stage_max_reduce_scatter", 512 * KiB, None, "staged reduce-scatters up to this size",
             f"{CPU2} (512 KiB: staged 2.35x MPI, the two-rank ring 1.89x; 1 MiB a tie); {TUNE_FILE}"),
-    Setting("stage_max_all_gather", 512 * KiB, None, "staged all-gathers up to this piece size",
-            f"{CPU2} (three copies of a piece against two lose from 1 MiB); {TUNE_FILE}"),
+    Setting("stage_max_all_gather", 1 * MiB, None, "staged all-gathers up to this piece size",
+            f"{CPU2}, C programs from the first line (fast/lane.py): staged 1.6-2.5x raw MPI at 128 KiB-2 MiB "
+            "out, read in place 1.0-1.1x; at 4 MiB out the three copies meet the edge of the 32 MiB L3 and lost "
+            "to MPI in full sweeps (0.35-0.47x), at 16 MiB always (0.45-0.8x); "
+            "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt"),
     Setting("stage_max_broadcast", 2 * MiB, None, "staged broadcasts up to this size",
             f"{CPU2} (won at every size; the stage window is twice this on every rank); {TUNE_FILE}"),
     Setting("rs_parts_min_bytes", 512 * KiB, None,
@@ -100,8 +103,9 @@ SETTINGS = (
             f"{CPU2} (1.16-1.37x the pull from 1 MiB, 0.94-1.00x at 4-512 KiB); {TUNE_FILE}"),
     Setting("cma", 1, "COLLECTIVES_CMA", "all-gather pieces of private arrays read in place with process_vm_readv",
             "Linux only, where the kernel allows it (probed at setup)"),
-    Setting("cma_min_bytes", 64 * KiB, None, "all-gather pieces from this size are read in place instead of staged",
-            f"{CPU2} (below it the staged C programs measured as fast or faster)"),
+    Setting("cma_min_bytes", 1 * MiB + 64, None, "all-gather pieces from this size are read in place instead of staged",
+            f"{CPU2}: just above stage_max_all_gather (staged in C is faster up to it, "
+            "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt)"),
     Setting("pipe", 1, "COLLECTIVES_PIPE", "the pipe for the largest staged all-reduces and all-gathers (0: never)",
             CPU2),
     Setting("pipe_min_all_reduce", 32 * MiB, "COLLECTIVES_PIPE_MIN", "staged all-reduces from this size take the pipe",

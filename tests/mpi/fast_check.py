@@ -59,10 +59,20 @@ def reduce_all(xs, op):
     return acc
 
 
-def runs(comm):
-    """Calls that ran to the end in C, over every cached plan."""
+def plan_runs(comm):
+    """Calls that ran to the end in C from a cached plan's program, over every cached plan."""
     return sum(getattr(p.program, "runs", 0) for p in comm.plans.values()) + \
         getattr(getattr(comm._barrier_plan, "program", None), "runs", 0)
+
+
+def runs(comm):
+    """Calls that ran to the end in C: from cached plans, and from the lane so far."""
+    return plan_runs(comm) + lane_runs(comm)
+
+
+def lane_runs(comm):
+    """Calls the lane (fast/lane.py) ran in C from their first line, so far."""
+    return comm.lane.stats()["runs"] if comm.lane is not None else 0
 
 
 def grid():
@@ -112,11 +122,12 @@ def grid():
                     own[:] = xs[rank][:piece]
                     check(f"all_gather in place {np.dtype(dtype)} {count} {where} #{call}",
                           comm.all_gather(own, out=out), np.concatenate([v[:piece] for v in xs]))
-                total += runs(comm)
+                total += plan_runs(comm)
                 comm.plans.clear()  # count each plan's runs once
+    total += lane_runs(comm)
     for _ in range(REPEAT):
         comm.barrier()
-    extra["barrier_runs"] = runs(comm)
+    extra["barrier_runs"] = plan_runs(comm)
     extra["runs"] = total
     comm.close()
 
@@ -167,7 +178,7 @@ def faults():
 
 
 def cma():
-    """Ordinary all-gather pieces from the tuning's cma_min_bytes are read in place (process_vm_readv)
+    """Ordinary all-gather pieces from the tuning table's cma_min_bytes are read in place (process_vm_readv)
     unless x is inside out (then staged): even and uneven pieces, a heap input on rank 0 too; repeated, so
     the C programs (CMAREAD) take the later calls. COLLECTIVES_CMA=0: staged instead."""
     comm = Communicator(timeout=60)

@@ -145,7 +145,7 @@ for root in (0, 1):
         comm.broadcast(x, root=root, out=x)
         check(f"broadcast {name} root {root} in place", x, want, want, sent[0], 1 if rank == root else 0)
 
-piece = (600 << 10) // 4 + 1  # float32 pieces past the staging limit (512 KiB)
+piece = (staging.tuning.stage_max_all_gather + (88 << 10)) // 4 + 1  # float32 pieces past the staging limit
 for counts in ([piece, piece], [piece + 5, 0], [3, piece]):
     want = np.concatenate([data(k, q, np.float32) for q, k in enumerate(counts)])
     x0 = data(counts[rank], rank, np.float32)
