@@ -217,7 +217,8 @@ for mode in modes:
         say(not_on_host(f"ring-{TAG}{mode}", "it has no CUDA IPC handles or libcuda (one node's device-to-device "
                                              "road); staged and cuda_aware run here"))
         continue
-    dt = make_device_transport(MpiBootstrap(world).transport(), mode.partition("-")[0])
+    bs = MpiBootstrap(world)  # auto agrees over it
+    dt = make_device_transport(bs.transport(), mode.partition("-")[0], bootstrap=bs)
     if STAND_IN and dt.mode == "ipc":  # auto on one node
         say(not_on_host(f"ring-{TAG}{mode}", "it picks CUDA IPC on one node, and the stand-in has no IPC handles"))
         dt.close()
