@@ -253,7 +253,8 @@ if "$PY" bench/stand_in.py 2>>"$LOG"; then
     KRING_ARGS="--ranks 2,8 -b 4K -e 1M -f 4 --dtypes float32,bfloat16 --iters 2 --copy-bytes 64M --latency 4K,16K,64K"
     KRING_WIDE="--ranks 2 -b 4M -e 4M --dtypes float32 --iters 2 --copy-bytes 64M --latency="  # the ring on 4 channels
     PAIR_BYTES=1M
-    result INFO "host-stand-in: cupy is bench/cupy_on_host (kernels on CPU threads): every figure below is the CPU's, the device figures are unmeasured"
+    result INFO "host-stand-in: cupy is bench/cupy_on_host (kernels on CPU threads):" \
+        "every figure below is the CPU's, the device figures are unmeasured"
 else
     STAND_IN=0
     BW_ARGS="--bytes 1G --iters 20 --variants 1,2,4"
@@ -262,7 +263,8 @@ else
     KRING_WIDE=""
     PAIR_BYTES=64M
 fi
-result INFO "sizes: bandwidth $BW_ARGS; ring bench ${RING_ARGS:---bench-bytes $((64 << 20))}; kring $KRING_ARGS${KRING_WIDE:+, then $KRING_WIDE}; pair --bytes $PAIR_BYTES"
+result INFO "sizes: bandwidth $BW_ARGS; ring bench ${RING_ARGS:---bench-bytes $((64 << 20))};" \
+    "kring $KRING_ARGS${KRING_WIDE:+, then $KRING_WIDE}; pair --bytes $PAIR_BYTES"
 export STAND_IN BW_ARGS RING_ARGS KRING_ARGS KRING_WIDE PAIR_BYTES
 
 # ------------------------------------------------------- the other steps
@@ -282,7 +284,9 @@ step_bandwidth() { "$PY" bench/kernels.py $BW_ARGS --json "$RZ_GPU_CHECK_OUT/ker
 step_ring() { mpirun -n 2 "$PY" tests/mpi/gpu_collectives.py all --bench $RING_ARGS --json "$RZ_GPU_CHECK_OUT/ring.json"; }
 step_zero() { mpirun -n 2 "$PY" tests/mpi/zero_gpu.py; }
 step_mps() {  # the IPC ring bench under CUDA MPS (kernels of both ranks share the GPU instead of time-slicing)
-    if [ "$STAND_IN" = 1 ]; then echo "INFO mps: not on the host stand-in: the IPC ring under MPS needs CUDA IPC and a GPU"; return 0; fi
+    if [ "$STAND_IN" = 1 ]; then
+        echo "INFO mps: not on the host stand-in: the IPC ring under MPS needs CUDA IPC and a GPU"; return 0
+    fi
     if ! command -v nvidia-cuda-mps-control >/dev/null; then echo "INFO mps: nvidia-cuda-mps-control not found: not run"; return 0; fi
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/rz-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rz-mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"

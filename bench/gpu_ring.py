@@ -22,7 +22,8 @@ PASS/FAIL "gpu-ring-exact"; --json writes every row.
 
 On the host stand-in for cupy (bench/stand_in.py) the kernels run on CPU threads
 (collectives/gpu_ring/host.py, 4 threads a block, 4 channels): the script's logic and the
-kernels' results, end to end, with host sizes (gpu_check.sh's); its timings mean nothing. No figure in this file's docstrings or comments has been measured.
+kernels' results, end to end, with host sizes (gpu_check.sh's); its timings mean nothing.
+No figure in this file's docstrings or comments has been measured.
 """
 from __future__ import annotations
 
