@@ -17,7 +17,7 @@ CORES   := $(shell nproc)
 over     = $(shell [ $(1) -gt $(CORES) ] && echo --oversubscribe)
 MPIRUN  := $(BIN)/mpirun
 
-.PHONY: venv test test-torch-suite demo bench bench-torch bench-ddp bench-peers tune explain gpu-check gpu-wheels clean
+.PHONY: venv test test-torch-suite demo bench bench-torch bench-ddp bench-peers tune explain gpu-check gpu-check-host gpu-wheels clean
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies (requirements.txt)
 
@@ -78,6 +78,14 @@ bench-ddp: $(STAMP)  ## DDP, FSDP2 and FSDP2 with heap comm buffers: training st
 
 gpu-check:  ## on a GPU machine, with its own python3: GPU tests, review defects, kernel, ring and ZeRO checks
 	bash bench/gpu_check.sh
+
+# No GPU: the same script over the host stand-in for cupy (bench/cupy_on_host: kernels on CPU threads,
+# host sizes, "INFO ...: not on the host stand-in" for what needs a GPU); about 2-3 minutes on 2 cores.
+GPU_CHECK_HOST := build/gpu-check-host
+gpu-check-host: $(STAMP)  ## no GPU: bench/gpu_check.sh end to end on the host stand-in into build/gpu-check-host/ (device figures unmeasured)
+	rm -rf $(GPU_CHECK_HOST)
+	PYTHONPATH=bench/cupy_on_host PYTHON=$(BIN)/python OUT=$(CURDIR)/$(GPU_CHECK_HOST) \
+		bash bench/gpu_check.sh --only all,mps,kring
 
 # Wheels the lent GPU machine (Python 3.12, no registry) may lack, for gpu_check.sh to
 # install there with --no-index: carry this folder (device tool: carry [".whl"]).

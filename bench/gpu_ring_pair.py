@@ -11,8 +11,9 @@ must refuse cleanly); auto looks for the daemon's pipe. When both accept, each r
 runs float32 all-reduces of --bytes and of 64 KiB, checks them bit for bit against the
 ring's order (each worker makes both inputs from their seeds) and times them.
 Prints one INFO line per rank and one PASS/FAIL line ``gpu-ring-pair``; bench/gpu_check.sh's
-kring step runs it without and with an MPS daemon. On the host stand-in for cupy the
-two processes share no memory: only the refusals can run there.
+kring step runs it without and with an MPS daemon. On the host stand-in for cupy
+(bench/stand_in.py) the two processes share no memory: --mps no (refused before any probe)
+runs there; --mps yes and auto print "INFO gpu-ring-pair ...: not on the host stand-in".
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.append(str(HERE))
 from gpu_ring import make_backend, parse_size  # noqa: E402
+from stand_in import not_on_host, on_host_stand_in  # noqa: E402
 
 from collectives.gpu_ring import plan, reference  # noqa: E402
 from collectives.gpu_ring.ring import Ring  # noqa: E402
@@ -58,12 +60,9 @@ def file_allgather(folder: Path, rank: int, world: int, timeout: float = 60.0):
 
 def worker(args) -> int:
     import cupy as cp
-    backend, on_host = make_backend(cp)
+    backend, _ = make_backend(cp)
     rank = args.worker
     mps = {"yes": True, "no": False, "auto": None}[args.mps]
-    if on_host and mps is not False:
-        print("RESULT " + json.dumps(dict(rank=rank, ok=False, reason="host stand-in: no memory shared between processes")))
-        return 0
     ring = Ring.connect(backend, rank, 2, file_allgather(Path(args.dir), rank, 2), gpu_partner=1 - rank, mps=mps)
     out = dict(rank=rank, ok=ring.residency.ok, mode=ring.residency.mode, reason=ring.residency.reason, calls=[])
     if ring.residency.ok:
@@ -95,6 +94,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.worker is not None:
         return worker(args)
+    if args.mps != "no" and on_host_stand_in():
+        print(not_on_host(f"gpu-ring-pair (--mps {args.mps}, expect {args.expect})",
+                          "its two processes share no memory, so the handshake probe and the ring across "
+                          "them need a GPU (CUDA IPC)"))
+        return 0
     with tempfile.TemporaryDirectory(prefix="rz-pair-") as d:
         cmd = [sys.executable, __file__, "--mps", args.mps, "--bytes", args.bytes, "--iters", str(args.iters), "--dir", d]
         procs = [subprocess.Popen([*cmd, "--worker", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -36,11 +36,27 @@ def test_gpu_kernel_tests_and_defect_checks_on_the_stand_in(tmp_path):
     assert r.returncode == 0 and " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-3000:]
     r = subprocess.run([sys.executable, "bench/gpu_defects.py", "--json", str(tmp_path / "d.json")],
                        capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("PASS", "FAIL"))]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("PASS", "FAIL", "INFO"))]
     passed = {ln.split()[1].rstrip(":") for ln in lines if ln.startswith("PASS")}
     failed = {ln.split()[1].rstrip(":") for ln in lines if ln.startswith("FAIL")}
-    assert passed == {"ftz", "copy", "occupancy", "staged-streams"}, r.stdout + r.stderr
-    assert failed == {"nccl"}, r.stdout  # the stand-in has no NCCL: that one check can only run on a GPU
+    not_here = {ln.split()[1].rstrip(":") for ln in lines if ": not on the host stand-in: " in ln}
+    assert r.returncode == 0 and passed == {"ftz", "copy", "staged-streams"} and not failed, r.stdout + r.stderr
+    assert not_here == {"ftz", "occupancy", "nccl"}, r.stdout  # no NCCL, no RawModule, no driver: GPU only
+
+
+def test_the_checks_a_gpu_alone_can_do_say_so_only_by_the_marker(tmp_path):
+    """Without HOST_STAND_IN the same stand-in is taken for a real cupy: nccl is tried, and fails."""
+    fake = tmp_path / "cupy"
+    fake.mkdir()
+    text = (STAND_IN / "cupy" / "__init__.py").read_text()
+    (fake / "__init__.py").write_text(text.replace("\nHOST_STAND_IN = True", "\n").replace(
+        "parents[2]", f"parents[0] / {str(STAND_IN.parent)!r}"))
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    r = subprocess.run([sys.executable, "bench/gpu_defects.py"], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 1 and "FAIL nccl: raised RuntimeError" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "PASS occupancy" in r.stdout and "not on the host stand-in" not in r.stdout, r.stdout
 
 
 def test_gpu_collectives_script_under_mpirun_on_the_stand_in():
@@ -48,3 +64,11 @@ def test_gpu_collectives_script_under_mpirun_on_the_stand_in():
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert r.stdout.count("OK mode=staged") == 2 and "PASS ring-staged" in r.stdout, r.stdout
+
+
+def test_ipc_and_auto_say_they_are_not_on_the_stand_in():
+    cmd = mpirun_cmd(2) + [sys.executable, "tests/mpi/gpu_collectives.py", "ipc,ipc-poll,auto"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=_env())
+    assert r.returncode == 0 and "PASS" not in r.stdout and "FAIL" not in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    for mode in ("ipc", "ipc-poll", "auto"):
+        assert f"INFO ring-{mode}: not on the host stand-in: " in r.stdout, r.stdout

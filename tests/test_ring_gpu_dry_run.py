@@ -47,6 +47,12 @@ def test_the_virtual_rank_bench_runs_end_to_end(tmp_path):
     assert {(x["kernel"], x["n"]) for x in data["latency"]} == {(k, n) for k in ("oneshot", "twoshot", "ring") for n in (2, 3)}
 
 
+def test_the_pair_with_mps_says_it_is_not_on_the_stand_in():
+    r = _run("gpu_ring_pair.py", "--mps", "yes", "--expect", "refused", "--bytes", "64K")
+    assert r.returncode == 0 and "PASS" not in r.stdout and "FAIL" not in r.stdout, r.stdout + r.stderr
+    assert "INFO gpu-ring-pair (--mps yes, expect refused): not on the host stand-in: " in r.stdout, r.stdout
+
+
 def test_the_two_process_pair_refuses_without_mps(tmp_path):
     out = tmp_path / "pair.json"
     r = _run("gpu_ring_pair.py", "--mps", "no", "--expect", "refused", "--bytes", "64K", "--json", str(out))
@@ -59,7 +65,11 @@ def test_gpu_check_has_the_kring_step():
     text = (ROOT / "bench" / "gpu_check.sh").read_text()
     assert subprocess.run(["bash", "-n", str(ROOT / "bench" / "gpu_check.sh")]).returncode == 0
     step = text[text.index("step_kring() {"):text.index("step_torch() {")]
-    assert "bench/gpu_ring.py --ranks 2,4,8 -b 4K -e 256M" in step and "--dtypes float32,bfloat16" in step
+    sizes = text[text.index("if \"$PY\" bench/stand_in.py"):text.index("export STAND_IN")]
+    gpu = sizes[sizes.index("else"):]  # a GPU's sizes, after the host stand-in's
+    assert 'KRING_ARGS="--ranks 2,4,8 -b 4K -e 256M -f 4 --dtypes float32,bfloat16 --copy-bytes 1G' in gpu
+    assert 'KRING_WIDE=""' in gpu and "PAIR_BYTES=64M" in gpu
+    assert 'bench/gpu_ring.py $KRING_ARGS --json "$out"' in step
     assert "--mps yes --expect refused" in step and "--mps auto --expect ok" in step
     assert "nvidia-cuda-mps-control -d" in step and "echo quit" in step
     assert "want kring && run_step kring" in text

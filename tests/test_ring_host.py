@@ -237,6 +237,35 @@ def test_two_processes_on_one_gpu_pass_the_probe_only_together(rh, backend):
         Ring.virtual(rh.HostBackend(block=1, sm_count=1, cooperative=False), 2, geo)
 
 
+def test_launches_on_one_stream_run_one_after_the_other(rh):
+    """As on a GPU, a launch starts once the one before it on its stream has finished.
+
+    bench/gpu_ring.py times ``iters`` launches and waits once; had they run at once, two calls
+    would read the same epoch counters, the ranks' barrier counts would drift apart, and a
+    later barrier would wait for an arrival that never comes (its 10 s timeout). Two halves
+    of the probe show the order: on two streams they answer each other; on one stream the
+    second starts after the first gave up, so neither is answered."""
+    from collectives.gpu_ring.workspace import Workspace
+    be = rh.HostBackend(block=1)
+    geo = layout.Geometry(channels=1, slots=2, slot_bytes=32, stage_bytes=1 << 12)
+    fn = be.function("rz_probe")
+
+    def probes(same_stream: bool) -> tuple[int, int]:
+        a, b = Workspace(be, geo), Workspace(be, geo)
+        streams = [be.stream()] * 2 if same_stream else [be.stream(), be.stream()]
+        for (me, peer), s in zip(((a, b), (b, a)), streams):
+            be.launch(fn, 1, 1, layout.Probe(ws=me.ptr, peer=peer.ptr, result=me.probe_ptr, deadline_ns=int(1e9),
+                                             rounds=8), s)
+        for s in streams:
+            be.synchronize(s)
+        return int(a.probe_result[0]), int(b.probe_result[0])  # 1: every round in time, 2: late
+
+    assert probes(same_stream=False) == (1, 1)
+    t = time.perf_counter()
+    assert probes(same_stream=True) == (2, 2)
+    assert time.perf_counter() - t >= 2  # one deadline after the other
+
+
 @pytest.fixture(scope="module")
 def sanitized():
     """The three ThreadSanitizer runs (the protocol, and each broken one), started at once:

@@ -6,7 +6,9 @@
 
 Every GPU thread of every block of every rank is an OS thread (host_shim.h), so
 kernels that wait for each other run as they would on a device, and the device's
-memory is host memory (numpy buffers, 256-byte aligned like cudaMalloc). Builds are
+memory is host memory (numpy buffers, 256-byte aligned like cudaMalloc). A launch
+starts when the one before it on its stream has finished (a stream's order), launches
+on other streams run beside it. Builds are
 cached by the hash of their text and flags (RZ_HOST_CACHE, default a temp folder);
 ``defines`` builds a variant (-DRZ_BROKEN_NO_FREE_WAIT, ...), ``tsan`` one under
 ThreadSanitizer (load it in a process started with LD_PRELOAD=libtsan.so, see
@@ -140,7 +142,7 @@ class HostFunction:
 
 
 class HostStream:
-    """Launches in flight on this 'stream': joined by synchronize, in order."""
+    """The launch in flight on this 'stream' (at most one: the next waits for it), joined by synchronize."""
 
     def __init__(self):
         self.pending: list = []
@@ -193,6 +195,7 @@ class HostBackend:
                cooperative: bool = False) -> None:
         if ctypes.sizeof(args) != fn.argsize:
             raise RuntimeError(f"{fn.name}: argument of {ctypes.sizeof(args)} bytes, the kernel takes {fn.argsize}")
+        self.synchronize(stream)  # a stream runs its launches one after another, as a GPU's does
         run = fn.lib.rzhost_start(fn.entry, grid, block, ctypes.addressof(args), ctypes.sizeof(args))
         self.launches.append((fn.name, grid, block, cooperative))
         stream.pending.append((fn.lib, run))

@@ -10,8 +10,8 @@ round-robin (several per GPU when N exceeds them). Inputs are integer-valued
 so any summation order is exact. Rank 0 prints one PASS/FAIL line per mode
 (and "rank r: OK mode=..." lines per rank, which tests/test_cuda_mpi.py counts).
 
---bench: then times all-reduce, reduce-scatter and all-gather of 64 MiB of
-float32 per mode, with the library's default chunk for device buffers and with
+--bench: then times all-reduce, reduce-scatter and all-gather of --bench-bytes
+(64 MiB) of float32 per mode, with the library's default chunk for device buffers and with
 4 MiB and 512 KiB chunks, and prints busbw beside a device-to-device copy of
 the same size measured in the same run (the roofline: no ring on one GPU moves
 data faster than a copy does). INFO lines; the records go to --json.
@@ -23,6 +23,11 @@ per mode: a host-polled event round trip on an idle GPU, an MPI ping-pong of
 a 96-byte control message, and a device message ping-pong (1 MiB) through
 the transport ("INFO ring-MODE-probe"). RZ_RING_TAG=x names the lines ring-x-MODE
 (gpu_check.sh's mps step).
+
+On the host stand-in for cupy (bench/stand_in.py) the IPC modes, and auto where it picks
+IPC, print "INFO ring-MODE: not on the host stand-in" (it has no CUDA IPC handles or
+libcuda); staged and cuda_aware run for real, and the bench's figures say they are the
+stand-in's.
 """
 import argparse
 import json
@@ -30,6 +35,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import cupy as cp
 import numpy as np
@@ -41,11 +47,17 @@ from collectives.dtypes import bfloat16
 from collectives.kernels.cuda_kernels import cuda_kernels
 from collectives.transport.device import Profile, cuda_aware_mpi, make_device_transport
 
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))  # appended: bench/collectives.py is not the package
+from stand_in import not_on_host, on_host_stand_in  # noqa: E402
+
 ap = argparse.ArgumentParser()
 ap.add_argument("mode")
 ap.add_argument("--bench", action="store_true")
+ap.add_argument("--bench-bytes", type=int, default=64 << 20, help="the bench's buffer (default 64 MiB)")
 ap.add_argument("--json", default=None)
 args = ap.parse_args()
+STAND_IN = on_host_stand_in(cp)
+FIGURES = " [host stand-in: timings mean nothing]" if STAND_IN else ""
 world = MPI.COMM_WORLD
 r, n = world.Get_rank(), world.Get_size()
 cp.cuda.Device(r % cp.cuda.runtime.getDeviceCount()).use()
@@ -165,11 +177,11 @@ def probes(dt, mode, records):
     rec = world.allgather(out)
     records.append(dict(mode=mode, probe=True, ranks=n, per_rank=rec))
     say(f"INFO ring-{TAG}{mode}-probe: rank 0: " + ", ".join(f"{k} {v:.0f}" for k, v in rec[0].items())
-        + " (a device ping-pong is two messages; each includes an event round trip or more)")
+        + f" (a device ping-pong is two messages; each includes an event round trip or more){FIGURES}")
 
 
 def bench(comm, dt, mode, chunk, copy_bw, records):
-    nbytes = 64 << 20
+    nbytes = args.bench_bytes
     count = nbytes // 4
     x = cp.ones(count, cp.float32)
     out = cp.empty(count, cp.float32)
@@ -185,10 +197,10 @@ def bench(comm, dt, mode, chunk, copy_bw, records):
                    copy_gbps=copy_bw, fraction_of_copy=busbw / copy_bw,
                    profile=dict(host_us=host_us, gpu_span_us=gpu_us, phases=prof.summary()))
         records.append(rec)
-        say(f"INFO ring-{TAG}{mode}: {op} 64 MiB f32, chunk {chunk >> 10} KiB: {t * 1e6:.0f} us, busbw {busbw:.0f} "
-            f"GB/s = {busbw / copy_bw:.1%} of the copy ({copy_bw:.0f} GB/s)")
+        say(f"INFO ring-{TAG}{mode}: {op} {nbytes >> 20} MiB f32, chunk {chunk >> 10} KiB: {t * 1e6:.0f} us, busbw "
+            f"{busbw:.0f} GB/s = {busbw / copy_bw:.1%} of the copy ({copy_bw:.0f} GB/s){FIGURES}")
         say(f"INFO ring-{TAG}{mode}-profile: {op} chunk {chunk >> 10} KiB, rank 0, one call {host_us:.0f} us "
-            f"(GPU events around it {gpu_us:.0f} us): {prof.line()}")
+            f"(GPU events around it {gpu_us:.0f} us): {prof.line()}{FIGURES}")
 
 
 modes = args.mode.split(",")  # one mode, or several: ipc,ipc-poll
@@ -197,11 +209,20 @@ if args.mode == "all":
     say(f"INFO ring: CUDA-aware MPI: {cuda_aware_mpi()[1]}")
     modes = ["ipc", "ipc-poll", "staged"] + (["cuda_aware"] if aware else [])
 records, failed = [], False
-copy_bw = copy_gbps(64 << 20) if args.bench else None
+copy_bw = copy_gbps(args.bench_bytes) if args.bench else None
 for mode in modes:
     ok, why = True, ""
     t0 = time.perf_counter()
-    dt = make_device_transport(MpiBootstrap(world).transport(), mode.partition("-")[0])
+    if STAND_IN and mode.startswith("ipc"):
+        say(not_on_host(f"ring-{TAG}{mode}", "it has no CUDA IPC handles or libcuda (one node's device-to-device "
+                                             "road); staged and cuda_aware run here"))
+        continue
+    bs = MpiBootstrap(world)  # auto agrees over it
+    dt = make_device_transport(bs.transport(), mode.partition("-")[0], bootstrap=bs)
+    if STAND_IN and dt.mode == "ipc":  # auto on one node
+        say(not_on_host(f"ring-{TAG}{mode}", "it picks CUDA IPC on one node, and the stand-in has no IPC handles"))
+        dt.close()
+        continue
     if mode == "ipc-poll":  # the first run's IPC protocol: host polls of events, not stream waits
         dt.stream_waits = False
     comm = Communicator(transport=dt, timeout=10, chunk_bytes=256 * 1024)  # several chunks at 1M elements

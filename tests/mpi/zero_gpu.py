@@ -3,7 +3,9 @@
     mpirun -n 2 python tests/mpi/zero_gpu.py [MODE]
 
 MODE: the device transport ("auto", the default, is what users get: IPC on one node;
-"staged" or "cuda_aware" for a dry run on the host stand-in bench/cupy_on_host).
+"staged" or "cuda_aware" by name). On the host stand-in for cupy (bench/stand_in.py), which
+has no CUDA IPC, "auto" prints "INFO zero-auto: not on the host stand-in" and every case
+runs staged.
 
 For every stage (0-3) and optimizer (SGD with nesterov momentum, AdamW), the
 model of examples/model.py trains 3 steps twice on the same ranks: once with
@@ -24,7 +26,9 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))  # appended: bench/collectives.py is not the package
 from model import forward_backward, init_units, make_data  # noqa: E402
+from stand_in import not_on_host, on_host_stand_in  # noqa: E402
 
 from collectives import Communicator  # noqa: E402
 from sharding import SGD, AdamW, ZeroOptimizer  # noqa: E402
@@ -68,6 +72,11 @@ def communicator(mode):
 
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "auto"
+    if mode == "auto" and on_host_stand_in(cp):
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(not_on_host("zero-auto", "auto picks CUDA IPC on one node, which the stand-in lacks: "
+                                           "every case runs through the staged transport"), flush=True)
+        mode = "staged"
     comm = communicator(mode)
     rank = comm.rank
     cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()

@@ -12,7 +12,8 @@ scripts (tests/test_cuda_kernels.py, bench/gpu_defects.py, bench/kernels.py,
 tests/mpi/gpu_collectives.py in the staged and cuda_aware modes) run their
 whole logic before the one run on a lent GPU. No IPC (ipc* raise), and no
 RawModule at all (only real cupy's own compile flags are worth seeing: the
-scripts say they skip it). Timings mean nothing here.
+scripts say they skip it). Timings mean nothing here. ``HOST_STAND_IN`` says
+so to bench/stand_in.py, the one place the scripts ask.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/, for kern
 import kernels_on_host as _host  # noqa: E402
 
 __version__ = "0-host-stand-in"
+HOST_STAND_IN = True  # the marker bench/stand_in.py reads: the scripts' one sign that this is not a GPU
 _DEVICE = SimpleNamespace(id=0)
 
 
