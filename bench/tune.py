@@ -4,8 +4,9 @@
     RINGZERO_TUNING=that.json mpirun -n 2 python your_job.py     # or leave it at ~/.config/ringzero/
 
 Each crossover is two forced roads (collectives/roads.py) timed in turns on the same
-arrays, at sizes a factor apart: the setting becomes the largest size at which the road
-below the threshold is still at least as fast (the median of round-by-round ratios).
+arrays, at sizes a factor apart: the setting becomes the largest size up to which the road
+below the threshold is at least as fast at every size (the median of round-by-round ratios;
+each round about 20 ms of calls per road).
 
 - small_bytes: the header-exchange road against the point-to-point one (staging off);
 - stage_max_<collective>: a staged call on the direct roads against the staged-ring;
@@ -37,6 +38,7 @@ from collectives.fast.codes import has_c  # noqa: E402
 from collectives.roads import Road  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
+ROUND_S = 0.02  # seconds of calls per road per round
 
 
 def call(comm, kind, x, out):
@@ -64,10 +66,19 @@ def arrays(comm, kind, nbytes, heap=False):
 def paired(comms, kind, nbytes, rounds, heap=False) -> float:
     """Median over rounds of time(comms[0]) / time(comms[1]) on the same sizes (< 1: the first is faster)."""
     bufs = [arrays(c, kind, nbytes, heap) for c in comms]
-    reps = max(2, min(200, int(4 * MiB / max(nbytes, 4 * KiB))))
     for c, (x, out) in zip(comms, bufs):  # warm: plans, programs, windows
         for _ in range(3):
             call(c, kind, x, out)
+    # enough calls for a round of about ROUND_S on each road (every rank agrees: the slowest's count),
+    # so a round is long against the machine's scheduling noise at every size
+    once = []
+    for c, (x, out) in zip(comms, bufs):
+        c.barrier()
+        t0 = time.perf_counter()
+        call(c, kind, x, out)
+        once.append(time.perf_counter() - t0)
+    once = comms[0].all_reduce(np.array(once), op="max")
+    reps = int(max(3, min(2000, ROUND_S / max(once.max(), 1e-7))))
     ratios = []
     for _ in range(rounds):
         t = []
@@ -84,12 +95,16 @@ def paired(comms, kind, nbytes, rounds, heap=False) -> float:
 
 
 def crossover(name, comms, kind, sizes, rounds, log, heap=False) -> int | None:
-    """The largest size at which comms[0]'s road is at least as fast as comms[1]'s."""
-    best, seen = None, []
+    """The largest size up to which comms[0]'s road is at least as fast as comms[1]'s at every size.
+
+    A win above the first loss does not move the threshold: it is where the curves cross first
+    (a later win at one size is as often the machine's noise as the road's)."""
+    best, seen, lost = None, [], False
     for nbytes in sizes:
         r = paired(comms, kind, nbytes, rounds, heap)
         seen.append([nbytes, round(r, 3)])
-        if r <= 1.0:
+        lost = lost or r > 1.0
+        if not lost:
             best = nbytes
     log[name] = seen
     if comms[0].rank == 0:
