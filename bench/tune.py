@@ -3,7 +3,7 @@
     mpirun -n 2 python bench/tune.py --out ~/.config/ringzero/tuning.json
     RINGZERO_TUNING=that.json mpirun -n 2 python your_job.py     # or leave it at ~/.config/ringzero/
 
-Each crossover is two forced roads (collectives/roads.py) timed in turns on the same
+Each crossover is two forced roads (collectives/roads/) timed in turns on the same
 arrays, at sizes a factor apart: the setting becomes the largest size up to which the road
 below the threshold is at least as fast at every size (the median of round-by-round ratios;
 each round about 20 ms of calls per road).

@@ -1,4 +1,4 @@
-"""The road table (collectives/roads.py): the chooser's rules as pure facts, the table
+"""The road table (collectives/roads/): the chooser's rules as pure facts, the table
 it prints, forced roads (exact results, or a RoadError saying why), and tracing that
 records the road without changing it."""
 from __future__ import annotations
