@@ -45,7 +45,8 @@ def test_direct_roads_wait_for_the_header_post():
     f32 = np.dtype(np.float32)
     posted = dict(world=2, direct=True, dtype=f32, op="sum")
     assert road(collective="all_reduce", nbytes=KiB, piece=KiB, staged=True, **posted) is Road.ONE_PHASE
-    assert road(collective="all_reduce", nbytes=2 * MiB, piece=2 * MiB, staged=True, **posted) is Road.STAGED_RING
+    above = 2 * T.stage_max_all_reduce
+    assert road(collective="all_reduce", nbytes=above, piece=above, staged=True, **posted) is Road.STAGED_RING
     assert road(collective="all_reduce", nbytes=64 * MiB, piece=64 * MiB, staged=True, **posted) is Road.PIPE
     assert road(collective="all_reduce", nbytes=MiB, piece=MiB, staged=False, pushable=True, **posted) is Road.PUSH
     assert road(collective="all_reduce", nbytes=MiB, piece=MiB, staged=False, pushable=False, overlap=False,

@@ -77,10 +77,12 @@ SETTINGS = (
             "auto where measured to win: stage_ranks ranks of one node"),
     Setting("stage_ranks", 2, None, "the node size the stage_max_* limits were measured at (auto stages only there)",
             CPU2),
-    Setting("stage_max_all_reduce", 1 * MiB, None, "staged all-reduces up to this size; larger ones take the ring",
-            f"{CPU2} (staged 1.45-1.87x MPI's time at 512 KiB-1 MiB in C, the two-rank ring 1.10-1.26x); {TUNE_FILE}"),
-    Setting("stage_max_reduce_scatter", 512 * KiB, None, "staged reduce-scatters up to this size",
-            f"{CPU2} (512 KiB: staged 2.35x MPI, the two-rank ring 1.89x; 1 MiB a tie); {TUNE_FILE}"),
+    Setting("stage_max_all_reduce", 2 * MiB, None, "staged all-reduces up to this size; larger ones take the ring",
+            f"{CPU2}, C programs from the first line: staged 0.50-0.62x the time of the staged-ring at "
+            f"1-2 MiB, 1.31x at 4 MiB; {TUNE_FILE}"),
+    Setting("stage_max_reduce_scatter", 2 * MiB, None, "staged reduce-scatters up to this size",
+            f"{CPU2}, C programs from the first line: staged 0.37-0.60x the time of the staged-ring at "
+            f"1-2 MiB, 1.29x at 4 MiB; {TUNE_FILE}"),
     Setting("stage_max_all_gather", 1 * MiB, None, "staged all-gathers up to this piece size",
             f"{CPU2}, C programs from the first line (fast/lane.py): staged 1.6-2.5x raw MPI at 128 KiB-2 MiB "
             "out, read in place 1.0-1.1x; at 4 MiB out the three copies meet the edge of the 32 MiB L3 and lost "
