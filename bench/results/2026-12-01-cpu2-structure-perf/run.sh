@@ -2,7 +2,7 @@
 # Paired: base (issue 20's first commit, f053a8b) and new (main) launched in turns, ROUNDS each.
 # usage: perfcmp.sh OUTDIR ROUNDS
 set -u
-OUT=$1; ROUNDS=${2:-5}
+OUT=$(realpath -m "$1"); ROUNDS=${2:-5}
 mkdir -p $OUT
 for i in $(seq 1 $ROUNDS); do
   for side in base new; do
