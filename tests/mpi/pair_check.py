@@ -91,8 +91,9 @@ def expected(count, dt, op):
 
 TWO_RANK_SCRATCH_BYTES = defaults().pair_inplace_bytes
 big = 2 * TWO_RANK_SCRATCH_BYTES  # in place: segments past the scratch bound
-GRID = [(np.float32, (1 << 20) + 4, OPS), (np.float32, (3 << 20) + 12, OPS), (np.float32, big + 20, ["sum", "avg"]),
-        (np.float16, (1 << 20) + 4, OPS), (np.int32, (1 << 20) + 4, OPS)]
+AR = staging.tuning.stage_max_all_reduce  # the sizes below are past it: the ring, not the heap
+GRID = [(np.float32, AR + 4, OPS), (np.float32, AR + (2 << 20) + 12, OPS),
+        (np.float32, max(big, AR) + 20, ["sum", "avg"]), (np.float16, AR + 4, OPS), (np.int32, AR + 4, OPS)]
 for dt, nbytes, ops in GRID:
     dt = np.dtype(dt)
     count = nbytes // dt.itemsize
@@ -116,7 +117,8 @@ for dt, nbytes, ops in GRID:
                 whole = not own_out or seg <= TWO_RANK_SCRATCH_BYTES
                 check(label, got, want, base, sent[0], 2 if whole else None)
 
-for dt, nbytes in ((np.float32, (1 << 20) + 8), (np.float16, (3 << 20) + 4)):  # past the staging limit
+RS = staging.tuning.stage_max_reduce_scatter
+for dt, nbytes in ((np.float32, RS + 8), (np.float16, RS + (2 << 20) + 4)):  # past the staging limit
     dt = np.dtype(dt)
     count = nbytes // dt.itemsize
     counts = [count // 2 - 3, count - count // 2 + 3]
@@ -133,7 +135,7 @@ for dt, nbytes in ((np.float32, (1 << 20) + 8), (np.float16, (3 << 20) + 4)):  #
             if not np.array_equal(x0, reduce_input(count, rank, dt, op)):
                 failures.append(f"{label}: input modified")
 
-count = ((2 << 20) + 8) // 4  # float32 past the staging limit (2 MiB)
+count = (staging.tuning.stage_max_broadcast + 8) // 4  # float32 past the staging limit
 for root in (0, 1):
     want = data(count, root, np.float32)
     for name, comm in (("staging", staging), ("plain", plain)):
