@@ -160,10 +160,24 @@ def worker_mpirun(backend: str, pattern: str, out: str) -> None:
     from torch.testing._internal.common_utils import TestCase
     dist.init_process_group(backend=backend, init_method="env://", timeout=timedelta(seconds=60))
 
+    level = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
+
     class TestMpirun(TestCase, dt.DistributedTest._DistTestBase):
         """PyTorch's MPI harness as it was: no ``self.rank``, so the few tests written for the
         spawn harness alone (monitored_barrier's, the object collectives') fail here for every
-        backend; they run in the spawn mode. One group serves every test in turn."""
+        backend; they run in the spawn mode. One group serves every test in turn.
+
+        Every test starts at the debug level the process started with: torch's
+        ``with_dist_debug_levels`` leaves its last level (DETAIL) set when none was set before,
+        which in one process changes every later test (the spawn harness starts each test afresh)."""
+
+        def setUp(self):
+            super().setUp()
+            if level is None:
+                os.environ.pop("TORCH_DISTRIBUTED_DEBUG", None)
+            else:
+                os.environ["TORCH_DISTRIBUTED_DEBUG"] = level
+            dist.set_debug_level_from_env()
     run_tests(TestMpirun, pattern, f"{out}.rank{dist.get_rank()}")
     dist.destroy_process_group()
 
