@@ -7,6 +7,7 @@ the closed forms ring.cu's header states.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from collectives.gpu_ring import plan
@@ -33,7 +34,15 @@ def test_every_step_is_the_host_rings(world):
 
 @pytest.mark.parametrize("n,world,granule", [(0, 3, 16), (1, 4, 8), (100, 7, 16), (1000, 8, 4), (4097, 5, 32), (15, 16, 1)])
 def test_split_counts_is_the_host_rings(n, world, granule):
-    assert plan.split_counts(n, world, granule) == schedule.split_counts(n, world, granule)
+    assert plan.split_counts is schedule.split_counts  # one split for the kernels and the host ring
+    counts = plan.split_counts(n, world, granule)
+    assert len(counts) == world and sum(counts) == n
+    filled = [s for s in range(world) if counts[s]]
+    last = filled[-1] if filled else 0
+    assert all(c % granule == 0 for s, c in enumerate(counts) if s != last)
+    units = [c // granule for c in counts]  # even: whole granules differ by at most one, earlier first
+    assert max(units) - min(units) <= 1 and units == sorted(units, reverse=True)
+    assert plan.offsets(counts) == [0] + list(np.cumsum(counts))
 
 
 @pytest.mark.parametrize("world", [2, 3, 5, 8])

@@ -12,13 +12,14 @@ tests can check the kernels' traffic against formulas:
 - :func:`traffic` counts the bytes a rank reads and writes: the minimal ones (input read
   once, output written once) and the actual ones (every slot write and read too).
 
-The segment split (:func:`split_counts`) restates collectives.schedule.split_counts
-(this package imports nothing of collectives but errors and dtypes); a test checks they
-agree.
+The segment split and its offsets are the host ring's own (collectives/host/schedule.py):
+the kernels split a buffer exactly as the host ring does.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from ..host.schedule import offsets, split_counts  # noqa: F401  (the kernels' split is the host ring's)
 
 COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce")
 
@@ -30,28 +31,6 @@ class Step(NamedTuple):
     reduce: bool
     gather: bool  # moves final data (the all-gather, or the all-reduce's second half)
     final: bool   # the reduce that finishes this rank's segment
-
-
-def split_counts(n: int, world: int, granule: int = 1) -> list[int]:
-    """n elements in ``world`` segments as even as possible, multiples of ``granule`` but
-    the last non-empty one (earlier segments take the remainder first)."""
-    if n < 0 or world < 1 or granule < 1:
-        raise ValueError(f"split_counts: bad n={n}, world={world}, granule={granule}")
-    units, tail = divmod(n, granule)
-    base, extra = divmod(units, world)
-    counts = [(base + (1 if s < extra else 0)) * granule for s in range(world)]
-    if tail:
-        last = max((s for s in range(world) if counts[s]), default=0)
-        counts[last] += tail
-    return counts
-
-
-def offsets(counts: list[int]) -> list[int]:
-    """Start of every segment, then the total."""
-    out = [0]
-    for c in counts:
-        out.append(out[-1] + c)
-    return out
 
 
 def nsteps(collective: str, world: int) -> int:
