@@ -218,11 +218,16 @@ def test_every_vector_loop_compiles_to_128_bit_accesses_in_sass(sass):
     assert not bad, "\n".join(bad)
 
 
+def resources(res: str):
+    """(function, its line, {REG, STACK, SHARED, LOCAL, ...}) per function of ``cuobjdump --dump-resource-usage``."""
+    for name, line in re.findall(r"Function (\w+):\s*\n\s*(REG:.*)", res):
+        yield name, line, dict(f.split(":", 1) for f in line.split())
+
+
 def test_resource_usage_in_the_cubin(sass):
     bad = []
     for file, (_, res) in sass.items():
-        for name, line in re.findall(r"Function (\w+):\s*\n\s*(REG:.*)", res):
-            fields = dict(f.split(":", 1) for f in line.split())
+        for name, line, fields in resources(res):
             if int(fields["LOCAL"]) or int(fields["STACK"]):
                 bad.append(f"{name}: {line}")
             if launch.occupancy(int(fields["REG"])) < launch.MIN_BLOCKS_PER_SM:

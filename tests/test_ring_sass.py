@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from collectives.gpu_ring import source
-from test_cuda_sass import CUOBJDUMP, NVCC, _per_function  # the same tools and listing splitter
+from test_cuda_sass import CUOBJDUMP, NVCC, _per_function, resources  # the same tools and listing parsers
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH or in /usr/local/cuda/bin")
 MOVES_DATA = [n for names in source.kernel_names().values() for n in names if n != "rz_probe"]
@@ -124,8 +124,7 @@ def test_copy_and_reduce_loops_use_128_bit_global_accesses(sass):
 def test_no_local_memory_in_the_cubins(sass):
     bad = []
     for file, (_, res) in sass.items():
-        for name, line in re.findall(r"Function (\w+):\s*\n\s*(REG:.*)", res):
-            fields = dict(f.split(":", 1) for f in line.split())
+        for name, line, fields in resources(res):
             if int(fields["LOCAL"]) or int(fields["STACK"]):
                 bad.append(f"{name}: {line}")
     assert not bad, "\n".join(bad)
