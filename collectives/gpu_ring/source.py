@@ -8,10 +8,10 @@ g++ with csrc/ring/host_shim.h (the host build). Nothing here needs a GPU.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from ..dtypes import DTYPES, KERNEL_DTYPES, dtype_name
+from ..kernels.includes import inline_includes
 
 FILES = ("ring.cu", "ring_small.cu")
 OPS = ("sum", "prod", "max", "min")
@@ -19,8 +19,6 @@ SUFFIX = {name: DTYPES[name].kernel for name in KERNEL_DTYPES}  # the dtype tabl
 BLOCK = 512  # threads per block on a GPU (RZ_BLOCK, the kernels' __launch_bounds__)
 # what NVRTC and nvcc get: IEEE division and no flush of subnormals, as collectives/kernels does
 OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true")
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
-_PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$", re.M)
 
 
 def source_dirs() -> list[Path]:
@@ -41,21 +39,10 @@ def kernel_source(file: str, dirs: list[Path] | None = None) -> str:
     """
     dirs = source_dirs() if dirs is None else [Path(d) for d in dirs]
 
-    def find(name: str) -> Path:
-        for d in dirs:
-            if (d / name).is_file():
-                return d / name
-        raise FileNotFoundError(f"{name} not found in {', '.join(map(str, dirs))}")
-
-    def expand(text: str, seen: set) -> str:
-        def one(m):
-            name = m.group(1)
-            if name in seen:
-                return ""
-            seen.add(name)
-            return expand(_PRAGMA_ONCE.sub("", find(name).read_text()), seen)
-        return _INCLUDE.sub(one, text)
-    return expand(find(file).read_text(), set())
+    path = next((d / file for d in dirs if (d / file).is_file()), None)
+    if path is None:
+        raise FileNotFoundError(f"{file} not found in {', '.join(map(str, dirs))}")
+    return inline_includes(path, dirs)
 
 
 def ring_kernel(collective: str, op: str | None, dtype) -> str:

@@ -24,16 +24,15 @@ RuntimeError when cupy or a GPU is missing.
 from __future__ import annotations
 
 import functools
-import re
 import threading
 
 import numpy as np
 
 from ..dtypes import accumulate_dtype
 from . import launch
+from .includes import inline_includes
 from .which import is_device_array
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction from unified addressing
 
 
@@ -41,18 +40,7 @@ def kernel_source(file: str) -> str:
     """The text NVRTC compiles: ``file`` with our local includes inlined (looked up beside it,
     then in csrc/)."""
     path = launch.source_path(file)
-
-    def expand(text: str, seen: set) -> str:
-        def one(m):
-            inc = m.group(1)
-            if inc in seen:
-                return ""
-            seen.add(inc)
-            near = path.parent / inc
-            body = (near if near.is_file() else launch.CSRC / inc).read_text()
-            return expand(re.sub(r"^\s*#\s*pragma\s+once\s*$", "", body, flags=re.M), seen)
-        return _INCLUDE.sub(one, text)
-    return expand(path.read_text(), set())
+    return inline_includes(path, [path.parent, launch.CSRC])
 
 
 def _file_of(name: str) -> str:
