@@ -1,4 +1,5 @@
-# base's bench/collectives.py on both libraries, taking turns
+# base's bench/collectives.py launched from both trees, taking turns. Base's bench puts its own tree
+# (/work/wt-base) first on sys.path, so both sides run base's library: an A/A run (README.md).
 OUT=$(realpath -m "$1"); mkdir -p $OUT
 for i in 1 2 3 4 5; do for side in base new; do
   if [ $side = base ]; then L=/work/wt-base; else L=/work/main; fi
