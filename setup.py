@@ -12,11 +12,12 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 class BuildPyWithCsrc(build_py):
     """build_py that also copies csrc/*.cu and *.cuh into collectives/kernels/csrc/, and the
     GPU kernel ring's csrc/ring/ into collectives/gpu_ring/kernels/ (gpu_ring/source.py finds
-    them there, and rz_common.cuh in the first folder)."""
+    them there, and rz_common.cuh in the first folder; torch_backend/native.py builds
+    torch_lane.cpp from the first)."""
 
     def run(self):
         super().run()
-        for sub, dest, kinds in (("", ("collectives", "kernels", "csrc"), (".cu", ".cuh")),
+        for sub, dest, kinds in (("", ("collectives", "kernels", "csrc"), (".cu", ".cuh", ".cpp", ".h")),
                                  ("ring", ("collectives", "gpu_ring", "kernels"), (".cu", ".cuh", ".h"))):
             to = Path(self.build_lib).joinpath(*dest)
             to.mkdir(parents=True, exist_ok=True)
@@ -43,7 +44,7 @@ setup(
     # the direct roads' repeated calls and the pipe in C (collectives/fast, csrc/fastpath.c); optional:
     # without a C compiler the same steps run in Python
     ext_modules=[Extension("collectives._fastpath", ["csrc/fastpath.c", "csrc/lane.c", "csrc/lane_table.c", "csrc/pipe.c", "csrc/wait.c"],
-                           depends=["csrc/fastpath.h", "csrc/lane.h"], extra_compile_args=["-O3"], optional=True)],
+                           depends=["csrc/fastpath.h", "csrc/lane.h", "csrc/lane_api.h"], extra_compile_args=["-O3"], optional=True)],
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "mpi4py>=3.1", "ml-dtypes>=0.3"],
     extras_require={

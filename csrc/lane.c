@@ -63,6 +63,8 @@ static void finish_busy(Lane *L) {
     }
 }
 
+static PyObject *run_sides(Lane *L, int64_t kind, Side *xsp, Side *osp, PyObject *x, PyObject *out, PyObject *arg);
+
 /* run(kind, x, out, arg) -> out, or None (not the lane's call); see the top of this file. */
 static PyObject *lane_run(Lane *L, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
@@ -79,6 +81,25 @@ static PyObject *lane_run(Lane *L, PyObject *const *args, Py_ssize_t nargs) {
     } else if ((got = lt_side_of(L, out, &os)) <= 0) {
         return got < 0 ? NULL : Py_NewRef(Py_None);
     }
+    return run_sides(L, kind, &xs, &os, x, out, arg);
+}
+
+static PyTypeObject LaneType;
+
+/* lane_api.h's entry: run for a caller that read the arrays itself (csrc/torch_lane.cpp). */
+PyObject *rz_lane_run_sides(PyObject *lane, int64_t kind, const Side *xs, const Side *os, PyObject *x, PyObject *out,
+                            PyObject *arg) {
+    if (!Py_IS_TYPE(lane, &LaneType)) {
+        PyErr_SetString(PyExc_TypeError, "run_sides: not a Lane");
+        return NULL;
+    }
+    Side xc = *xs, oc = *os; /* the lane's functions take them as their own */
+    return run_sides((Lane *)lane, kind, &xc, &oc, x, out, arg);
+}
+
+/* The call whose arrays are xs and os: its program run, or None (see the top of this file). */
+static PyObject *run_sides(Lane *L, int64_t kind, Side *xsp, Side *osp, PyObject *x, PyObject *out, PyObject *arg) {
+    Side xs = *xsp, os = *osp;
     if (L->busy) Py_RETURN_NONE;
     Entry *e = lt_find(L, kind, arg, &xs, &os);
     if (e == NULL) {
@@ -248,7 +269,12 @@ int rz_add_lane(PyObject *m) {
                           &S_is_contiguous, &S_is_cpu};
     for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
         if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL) return -1;
-    if (PyType_Ready(&LaneType) < 0) return -1;
-    return PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType);
+    if (PyType_Ready(&LaneType) < 0 || PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0) return -1;
+    static RzLaneApi api = {RZ_LANE_API_VERSION, rz_lane_run_sides};
+    PyObject *cap = PyCapsule_New(&api, RZ_LANE_API_NAME, NULL);
+    if (cap == NULL) return -1;
+    int rc = PyModule_AddObjectRef(m, "LANE_API", cap);
+    Py_DECREF(cap);
+    return rc;
 }
 

@@ -2,6 +2,7 @@
  * See lane.c for what a Lane is. */
 #pragma once
 #include "fastpath.h"
+#include "lane_api.h"
 
 #define SLOTS 64 /* a power of two */
 #define PROBE 8
@@ -19,11 +20,6 @@ typedef struct {
     PyObject *descr;
     int flags;
 } NpArray;
-
-typedef struct {
-    PyObject *type, *dtype; /* borrowed for comparison; the entry keeps its plan, which keeps them */
-    int64_t addr, count, flags;
-} Side;
 
 typedef struct {
     int64_t kind; /* -1: empty */
@@ -68,3 +64,5 @@ int lt_fill(Entry *e, PyObject *words, int p);
 PyObject *lane_add(Lane *L, PyObject *const *a, Py_ssize_t n);
 PyObject *lane_clear(Lane *L, PyObject *spans);
 PyObject *lane_stats(Lane *L, PyObject *unused);
+PyObject *rz_lane_run_sides(PyObject *lane, int64_t kind, const Side *xs, const Side *os, PyObject *x, PyObject *out,
+                            PyObject *arg);

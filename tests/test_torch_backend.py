@@ -103,6 +103,35 @@ def test_heap_tensors_take_the_direct_path(n):
         assert "is not a ringzero process group" in r["refused"]
 
 
+def test_the_cpp_calls_are_built_for_this_torch():
+    """make venv builds csrc/torch_lane.cpp for the installed torch; it loads, and says which torch."""
+    from collectives.torch_backend import native
+
+    mod = native.load()
+    assert mod is not None, "not built: python -m collectives.torch_backend.build"
+    assert mod.TORCH_VERSION == torch.__version__
+    assert {mod.TorchCall(k, None, print, native, (), KeyError, str).kind for k in range(4)} == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="kind 4"):
+        mod.TorchCall(4, None, print, native, (), KeyError, str)
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_blocking_calls_through_the_cpp_calls(monkeypatch, off):
+    """tests/mpi/torch_native.py on 2 ranks: dist.all_reduce, reduce_scatter, all_gather and
+    broadcast repeated on the same tensors, fresh views and new tensors, exact against numpy,
+    every repeat run by the lane from the C++ call; PREMUL_SUM, async and strided calls exact
+    through the Python methods; a call one rank never makes raises DistBackendError ("Timed
+    out") in about the timeout. With COLLECTIVES_TORCH_LANE=0 the same results, Python only."""
+    from conftest import run_mpi
+
+    if off:
+        monkeypatch.setenv("COLLECTIVES_TORCH_LANE", "0")
+    proc = run_mpi(2, "torch_native.py", *(["--off"] if off else []), timeout=300)
+    out = _assert_all_ranks_ok(proc, 2)
+    assert proc.stdout.count(f"native {not off}") == 2, out[-3000:]
+    assert proc.stdout.count("timeout raised") == 1, out[-3000:]
+
+
 # ---------------------------------------------------------------- the CUDA half
 def _has_cuda():
     try:

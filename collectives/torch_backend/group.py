@@ -28,7 +28,7 @@ from .errors import torch_error
 from .ops import DoneWork, FutureWork, OneWork, Stage, premul_factor, reduce_op, same_length
 from .start import contiguous as _contiguous, start
 from .ops import plain_op as _plain_op
-from . import sparse
+from . import native, sparse
 from .heap_pool import HeapPool
 from .peer import PeerCalls
 from .rooted import GroupNames, RootedCollectives
@@ -55,6 +55,7 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
         self._group_desc = ""
         self._closed = False
         self._pool = None  # FSDP2's comm buffers in the heap (allocate_tensor)
+        self.native = native.install(self)  # the blocking one-tensor calls read in C++ (native.py)
 
     def shutdown(self) -> None:
         """Finish queued work, stop the progress thread, close the wire
@@ -215,6 +216,13 @@ class RingzeroProcessGroup(GroupNames, RootedCollectives, PeerCalls, dist.Proces
 
     def broadcast(self, tensors, opts=BroadcastOptions()):
         root = opts.rootRank
+        if _BLOCKING and not opts.asyncOp and len(tensors) == 1 and opts.rootTensor == 0:
+            lane = self.comm._lane  # (as in allreduce)
+            try:
+                if lane is not None and lane(3, tensors[0], tensors[0], root) is not None:
+                    return None
+            except CollectiveTimeout as e:
+                raise torch_error(e) from None
         stage = Stage()
         launches = []
         for t in tensors:
