@@ -249,6 +249,8 @@ class TorchCase(Case):
         d = self.dist  # torch 2.13 names the tensor forms *_single; older torch *_tensor
         self.rs = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
         self.ag = getattr(d, "all_gather_single", None) or d.all_gather_into_tensor
+        # the root's global rank, looked up once (a user writes src=0; the lookup is not the call's)
+        self.src = d.get_global_rank(self.group, 0) if self.group is not None else 0
 
     def bind(self) -> None:
         self.call = self.run
@@ -262,16 +264,16 @@ class TorchCase(Case):
         the no-op group that times torch's own share of a call); new views of the
         tensors with --fresh."""
         d, op, g = self.dist, self.op, self.group if group is None else group
-        tx, tout = (self.tx[:], self.tout[:]) if self.fresh else (self.tx, self.tout)
-        if op == "all_reduce":
+        tout = self.tout[:] if self.fresh else self.tout
+        tx = (self.tx[:] if self.fresh else self.tx) if op in ("reduce_scatter", "all_gather") else None
+        if op == "all_reduce":  # (in place: only the output is passed, so only it is made new)
             d.all_reduce(tout, op=self.top, group=g)
         elif op == "reduce_scatter":
             self.rs(tout, tx, op=self.top, group=g)
         elif op == "all_gather":
             self.ag(tout, tx, group=g)
         else:
-            d.broadcast(tout, src=0 if group is not None else (d.get_global_rank(g, 0) if g is not None
-                                                                      else 0), group=g)
+            d.broadcast(tout, src=0 if group is not None else self.src, group=g)
 
 
 class DeepSpeedCase(Case):
