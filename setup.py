@@ -17,11 +17,11 @@ class BuildPyWithCsrc(build_py):
 
     def run(self):
         super().run()
-        for sub, dest, kinds in (("", ("collectives", "kernels", "csrc"), (".cu", ".cuh", ".cpp", ".h")),
+        for sub, dest, kinds in (("", ("collectives", "kernels", "csrc"), (".cu", ".cuh", "torch_lane.cpp", "lane_api.h")),
                                  ("ring", ("collectives", "gpu_ring", "kernels"), (".cu", ".cuh", ".h"))):
             to = Path(self.build_lib).joinpath(*dest)
             to.mkdir(parents=True, exist_ok=True)
-            for src in sorted(p for p in (CSRC / sub).iterdir() if p.suffix in kinds):
+            for src in sorted(p for p in (CSRC / sub).iterdir() if p.suffix in kinds or p.name in kinds):
                 self.copy_file(str(src), str(to / src.name))
 
 

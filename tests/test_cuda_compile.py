@@ -29,8 +29,9 @@ def test_sources_have_no_host_includes():
 
 
 def test_wheel_ships_csrc_inside_the_package(tmp_path):
-    """`pip wheel .` puts the kernels' sources in collectives/kernels/csrc/, not in a
-    top-level csrc/ folder, and an installed copy finds them there."""
+    """`pip wheel .` puts the kernels' sources (and the torch group's C++ calls, which
+    torch_backend/native.py builds) in collectives/kernels/csrc/, not in a top-level csrc/
+    folder, and an installed copy finds them there."""
     import sys
     import zipfile
     root = tmp_path / "src"  # a copy: building in place would leave build/ and *.egg-info behind
@@ -47,7 +48,8 @@ def test_wheel_ships_csrc_inside_the_package(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     (whl,) = tmp_path.glob("ringzero-*.whl")
     names = zipfile.ZipFile(whl).namelist()
-    want = sorted(f"collectives/kernels/csrc/{p.name}" for p in launch.CSRC.glob("*.cu*"))
+    want = sorted([f"collectives/kernels/csrc/{p.name}" for p in launch.CSRC.glob("*.cu*")] +
+                  [f"collectives/kernels/csrc/{n}" for n in ("torch_lane.cpp", "lane_api.h")])  # native.py's build
     assert sorted(n for n in names if "csrc" in n) == want
     assert "sharding/kernels/optim.cu" in names  # sharding's kernels ship with sharding
     assert not [n for n in names if n.startswith("csrc/") or n.startswith("../")]

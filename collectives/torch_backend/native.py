@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 from pathlib import Path
 
 import torch
 
+from .. import tuning
 from ..errors import CollectiveTimeout
 from .errors import torch_error
 from .ops import OP_NAMES
@@ -67,7 +67,7 @@ def load():
     if "mod" in _loaded:
         return _loaded["mod"]
     mod = None
-    if os.environ.get("COLLECTIVES_TORCH_LANE", "1") != "0":
+    if tuning.load().torch_lane:
         try:
             mod = importlib.import_module(NAME)
         except ImportError:

@@ -124,6 +124,10 @@ SETTINGS = (
             f"{CPU2} (a staged 512 KiB-1 MiB all-reduce 1.45-1.87x MPI's time in C, 1.10-1.26x in Python)"),
     Setting("fast_max_copy_bytes", 64 * MiB, None, "C programs for all-gathers and pushed all-reduces up to this size",
             f"{CPU2} (the pushed all-reduce in C 1.07-1.16x the Python push at 2-16 MiB)"),
+    Setting("torch_lane", 1, "COLLECTIVES_TORCH_LANE",
+            "the torch group's blocking one-tensor calls read in C++ (0: the Python methods)",
+            f"{CPU2} (the group's share of a 1 KiB dist.all_reduce 2-3 -> 0.3-0.8 us); "
+            "bench/results/2026-12-02-cpu2-torch-lane/"),
     Setting("node_size", 0, "COLLECTIVES_NODE_SIZE",
             "treat every k consecutive ranks as one node (0: the ranks that share a host)", "for tests on one machine"),
     Setting("shm_dir", "/dev/shm", "RINGZERO_SHM_DIR", "where the heap's shared-memory segments live",
