@@ -1,12 +1,13 @@
 """Medians over the launches in this folder: dist.* time / raw MPI time, torch's API alone / raw MPI
-time, and the group's own share, per collective and size (same tensors and fresh views)."""
+time, and the group's own share, per collective and size (same tensors, fresh views, and the same
+tensors with the C++ calls off)."""
 import glob
 import json
 import statistics
 import sys
 
 d = sys.argv[1]
-for kind in ("small", "small-fresh"):
+for kind in ("small", "small-fresh", "small-off"):
     files = sorted(glob.glob(f"{d}/{kind}-[0-9].json"))
     recs = [r for f in files for r in json.load(open(f)) if r["algorithm"] == "torch"]
     print(f"## {kind}: {len(files)} launches, medians (dist.* / MPI time: at most 2.0 is the limit)\n")
