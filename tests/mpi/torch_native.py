@@ -91,39 +91,29 @@ for dtype in (torch.float32, torch.float64, torch.int64, torch.bfloat16):
                         dist.broadcast(t[:] if how == "fresh" else t, src=1 % N)
                         check(f"broadcast {dtype} {count} {how} #{call}", t, xs[1 % N])
 
-# the lane's share, measured on one shape: every repeat after the first in C++
+# the lane's share, measured on one shape: every repeat after the first two in C++
+
+
+def repeated(label, call, calls_each=1, k=10):
+    """``call`` twice (the Python path writes the program), then k times: all k in the lane."""
+    call()
+    call()
+    before = runs()
+    for _ in range(k):
+        call()
+    in_lane(label, before, k * calls_each)
+
+
 t = torch.ones(1024)
-dist.all_reduce(t)
-dist.all_reduce(t)
-before = runs()
-for _ in range(10):
-    dist.all_reduce(t)
-    dist.all_reduce(t[:])
-in_lane("repeated all_reduce, same and fresh views", before, 20)
+repeated("repeated all_reduce, same and fresh views", lambda: (dist.all_reduce(t), dist.all_reduce(t[:])), 2)
 src, out = torch.ones(1024 * N), torch.empty(1024)
-RS(out, src)
-RS(out, src)
-before = runs()
-for _ in range(10):
-    RS(out, src)
-in_lane("repeated reduce_scatter_tensor", before, 10)
+repeated("repeated reduce_scatter_tensor", lambda: RS(out, src))
 check("reduce_scatter ones", out, np.full(1024, float(N)))
 mine, gathered = torch.full((1024,), float(R)), torch.empty(1024 * N)
-AG(gathered, mine)
-AG(gathered, mine)
-before = runs()
-for _ in range(10):
-    AG(gathered, mine)
-in_lane("repeated all_gather_into_tensor", before, 10)
+repeated("repeated all_gather_into_tensor", lambda: AG(gathered, mine))
 check("all_gather ranks", gathered, np.repeat(np.arange(N, dtype=np.float64), 1024))
 b = torch.full((1024,), float(R))
-dist.broadcast(b, src=0)
-dist.broadcast(b, src=0)
-before = runs()
-for _ in range(10):
-    b.fill_(float(R))
-    dist.broadcast(b, src=0)
-in_lane("repeated broadcast", before, 10)
+repeated("repeated broadcast", lambda: (b.fill_(float(R)), dist.broadcast(b, src=0)))
 check("broadcast root 0", b, np.zeros(1024))
 
 # what the lane does not take: exact through the Python methods
