@@ -10,6 +10,8 @@ each round about 20 ms of calls per road).
 
 - small_bytes: the header-exchange road against the point-to-point one (staging off);
 - stage_max_<collective>: a staged call on the direct roads against the staged-ring;
+- cma_min_bytes: all-gather pieces of ordinary arrays read in place (process_vm_readv)
+  against staged;
 - pipe_min_all_reduce, pipe_min_all_gather: the pipe against the staged-ring;
 - push_min_all_gather: heap all-gathers pushed against pulled.
 
@@ -143,7 +145,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="tuning file to write (default: print only)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", default="small,stage,pipe,push", help="which crossovers (comma-separated)")
+    ap.add_argument("--only", default="small,stage,cma,pipe,push", help="which crossovers (comma-separated)")
     ap.add_argument("--max-bytes", type=size, default=64 * MiB, help="largest size measured (e.g. 64M)")
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
@@ -168,7 +170,8 @@ def main(argv=None) -> int:
     if "stage" in only and n > 1:
         # the staged side's limits lifted: left at the table's, it takes the staged-ring above
         # them too, and the crossover compares that road with itself
-        staged = with_settings(lambda: Communicator(stage="1"), {f"stage_max_{k}": 1 << 40 for k in STAGED})
+        staged = with_settings(lambda: Communicator(stage="1"), {**{f"stage_max_{k}": 1 << 40 for k in STAGED},
+                                                                 "cma_min_bytes": 1 << 40})
         for kind in STAGED:
             ring = Communicator(stage="1", road={kind: Road.STAGED_RING})
             got = crossover(f"stage_max_{kind}", [staged, ring], kind, sizes(64 * KiB, 8 * MiB), a.rounds, log)
@@ -176,6 +179,19 @@ def main(argv=None) -> int:
             ring.close()
         staged.close()
         values["stage_ranks"] = n
+    if "cma" in only and n > 1:
+        # pieces staged at every size against read in place at every size; the threshold is the
+        # first piece size from which reading in place wins at every larger size measured
+        staged = with_settings(lambda: Communicator(stage="1"), {"cma_min_bytes": 1 << 40,
+                                                                 "stage_max_all_gather": 1 << 40})
+        cma = with_settings(lambda: Communicator(stage="1"), {"cma_min_bytes": 0})
+        if cma.symmetric is not None and cma.symmetric.direct.pids is not None:  # the kernel allows it here
+            crossover("cma_min_bytes", [staged, cma], "all_gather", sizes(2 * KiB, 4 * MiB), a.rounds, log)
+            seen = log["cma_min_bytes"]
+            wins = [s for s, r in seen if r >= 1.0 and all(q >= 1.0 for t, q in seen if t >= s)]
+            values["cma_min_bytes"] = min(wins, default=2 * seen[-1][0])
+        cma.close()
+        staged.close()
     if "pipe" in only and n > 1 and has_c():
         for kind in ("all_reduce", "all_gather"):
             pipe = Communicator(stage="1", road={kind: Road.PIPE})

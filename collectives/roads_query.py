@@ -48,12 +48,17 @@ def _why(comm, p, xa, oa) -> str:
 
 def _direct(comm, kind, p, xa, oa, forced) -> Choice:
     """A direct road: the facts the header post would give if every rank passed arrays like these."""
+    if xa is None:  # the barrier: flags in the heap, nothing posted to decide on
+        return roads.choose(Facts(kind, 0, 0, None, None, comm.size, direct=True), comm.tuning, forced)
     heap = comm.symmetric.heap
     xloc = heap.locate(xa.host)
     oloc = heap.locate(oa.host) if oa is not None else None
     x = xa.host.reshape(-1)
-    nbytes, piece = _sizes(kind, xa, oa, p.args, comm.size)
-    f = Facts(kind, nbytes, piece, xa.dtype, p.args[0] if kind in ("all_reduce", "reduce_scatter") else None,
+    args = p.args[:-2] if kind in ("all_reduce", "all_gather") else p.args[:-1]  # less the heap places
+    nbytes, piece = _sizes(kind, xa, oa, args, comm.size)
+    if kind != "all_gather":
+        piece = nbytes  # the direct roads weigh a reduction's or broadcast's whole input (symmetric/)
+    f = Facts(kind, nbytes, piece, xa.dtype, args[0] if kind in ("all_reduce", "reduce_scatter") else None,
               comm.size, direct=True, in_place=p.in_place)
     d = comm.symmetric.direct
     offered = (kind == "all_gather" and xloc is None and d.pids is not None and piece >= comm.tuning.cma_min_bytes

@@ -13,11 +13,11 @@ from conftest import ROOT, mpi_env, mpirun_cmd
 def test_tune_writes_a_file_the_library_reads(tmp_path):
     out = tmp_path / "tuning.json"
     p = subprocess.run(mpirun_cmd(2) + [sys.executable, "bench/tune.py", "--max-bytes", "128K", "--rounds", "2",
-                                        "--only", "small,stage,push", "--out", str(out)],
+                                        "--only", "small,stage,cma,push", "--out", str(out)],
                        capture_output=True, text=True, timeout=300, env=mpi_env(), cwd=ROOT)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert doc["ranks"] == 2 and set(doc["values"]) >= {"small_bytes", "stage_max_all_reduce", "stage_ranks"}
+    assert doc["ranks"] == 2 and set(doc["values"]) >= {"small_bytes", "stage_max_all_reduce", "stage_ranks", "cma_min_bytes"}
     for name, seen in doc["measured"].items():
         assert seen and all(r > 0 for _, r in seen), name  # a ratio per size measured
     t = tuning.load({"RINGZERO_TUNING": str(out)})

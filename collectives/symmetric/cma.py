@@ -4,11 +4,12 @@ transport makes for large messages.
 
 A staged all-gather copies every piece three times (into the stage window,
 out of it into each peer's ``out``, and the own piece); MPI's copies it twice.
-Up to a few MiB a piece the three copies still win, run from cache by the
-C programs (bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt: staged
-1.6-2.5x raw MPI from 128 KiB to 2 MiB of output on two ranks, read in place
-1.0-1.1x), so from the tuning table's ``cma_min_bytes`` a piece (just above
-``stage_max_all_gather``) an all-gather rank whose input is private, and not
+Where the copies run from a fast cache the three still win (staged 1.6-2.5x raw
+MPI from 128 KiB to 2 MiB of output on one 2-core machine), but on another they
+lose from 16 KiB pieces (0.59-0.86x), while reading in place is at least level
+with MPI on both (bench/results/2026-12-02-cpu2b-all-gather/). So from the
+tuning table's ``cma_min_bytes`` a piece (``bench/tune.py`` measures it) an
+all-gather rank whose input is private, and not
 inside its ``out``, posts its address instead of staging it (source window
 ``CMA_WIN``; in place, staging copies as much and needs no wait for readers:
 FSDP2 at batch 16, whose all-gathers are in place, trained at 1.36-1.65x

@@ -8,7 +8,8 @@ force: a Communicator(road=ROAD) runs every collective the road serves, three ca
 against numpy and that the call took ROAD (road_taken); where the road runs its
 repeated calls in C, that the program ran; and forced for a collective it does not
 serve, that the call raises RoadError. traced: the natural road of a grid of calls,
-untraced then traced, must be the same, and the trace records it.
+untraced then traced, must be the same, the trace records it, and ``Communicator.road``
+asked before the calls names it.
 Prints one JSON line per rank.
 """
 import json
@@ -32,26 +33,33 @@ def check(label, got, want):
 
 
 def calls(comm, kind, heap, count=1000, dtype=np.float32):
-    """(label, run, want): one call of ``kind`` on rank-dependent data; ``heap``: in and out in the heap."""
+    """(run, want, ask): one call of ``kind`` on rank-dependent data, its result, and the road query
+    of the same call; ``heap``: in and out in the heap."""
+    run, want, args = _call(comm, kind, heap, count, dtype)
+    x, out, kw = args
+    return run, want, lambda: comm.road(kind, x, out=out, **kw)
+
+
+def _call(comm, kind, heap, count, dtype):
     n, r = comm.size, comm.rank
     xs = [(np.arange(count) % 97 + q).astype(dtype) for q in range(n)]
     if kind == "all_reduce":
         x, out = _arrays(comm, heap, count, count, dtype)
         x[:] = xs[r]
-        return lambda: comm.all_reduce(x, out=out), sum(xs)
+        return lambda: comm.all_reduce(x, out=out), sum(xs), (x, out, {})
     if kind == "reduce_scatter":
         x, out = _arrays(comm, heap, count * n, count, dtype)
         x[:] = np.concatenate([xs[r]] * n)
-        return lambda: comm.reduce_scatter(x, out=out), sum(xs)
+        return lambda: comm.reduce_scatter(x, out=out), sum(xs), (x, out, {})
     if kind == "all_gather":
         x, out = _arrays(comm, heap, count, count * n, dtype)
         x[:] = xs[r]
-        return lambda: comm.all_gather(x, out=out), np.concatenate(xs)
+        return lambda: comm.all_gather(x, out=out), np.concatenate(xs), (x, out, {})
     if kind == "broadcast":
         x, out = _arrays(comm, heap, count, count, dtype)
         x[:] = xs[r]
-        return lambda: comm.broadcast(x, root=n - 1, out=out), xs[n - 1]
-    return lambda: comm.barrier(), None
+        return lambda: comm.broadcast(x, root=n - 1, out=out), xs[n - 1], (x, out, {"root": n - 1})
+    return lambda: comm.barrier(), None, (None, None, {})
 
 
 def _arrays(comm, heap, nx, nout, dtype):
@@ -74,7 +82,7 @@ def force(name):
                 count = comm.tuning.one_phase_bytes // 4 + 1000
             else:
                 count = 1000
-            run, want = calls(comm, kind, heap, count)
+            run, want, _ = calls(comm, kind, heap, count)
             for call in range(3):
                 got = run()
                 label = f"{name} {kind} heap={heap} #{call}"
@@ -106,7 +114,8 @@ def traced():
     for kind in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier"):
         for count in (64, 20000, 300000, 1 << 20):
             for heap in (False, True):
-                run, want = calls(comm, kind, heap, count)
+                run, want, ask = calls(comm, kind, heap, count)
+                said = ask().road
                 roads = []
                 for tracer in (None, Tracer()):
                     comm.tracer = tracer
@@ -122,6 +131,8 @@ def traced():
                 comm.tracer = None
                 if roads[0] is not roads[1]:
                     failures.append(f"{kind} {count} heap={heap}: untraced {roads[0]}, traced {roads[1]}")
+                if said is not roads[0]:
+                    failures.append(f"{kind} {count} heap={heap}: road() said {said}, the call took {roads[0]}")
                 extra.setdefault("roads", set()).add(roads[0].value)
     extra["roads"] = sorted(extra.get("roads", ()))
     comm.close()
