@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -256,6 +257,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for one launch")
     ap.add_argument("--start", choices=("forkserver", "spawn"), default="forkserver",
                     help="how the spawn mode starts each test's processes")
+    ap.add_argument("--jobs", type=int, default=1, help="launches at once (2: Gloo's and ringzero's together)")
     ap.add_argument("--spawn-all", action="store_true",
                     help="in the spawn mode, start every test, also those skipped under mpirun")
     args = ap.parse_args()
@@ -274,15 +276,19 @@ def main() -> int:
     for mode in modes:
         for world in map(int, args.world.split(",")):
             got = {}
-            for backend in BACKENDS:
+
+            def one(backend):
                 # In the spawn mode a test the suite skips at run time (no GPU, too few ranks) still
                 # starts its processes and makes its group, a few seconds each: a test the same
                 # gate skipped under mpirun, at this size, for this backend, is reported skipped.
                 before = report.get(f"mpirun n={world}", {}).get("outcomes", {}).get(backend, {})
                 skip = None if mode != "spawn" or args.spawn_all else {
                     n: f"skipped under mpirun at {world} ranks: {o[1]}" for n, o in before.items() if o[0] == "skipped"}
-                got[backend], took = launch(mode, backend, world, args.pattern, args.timeout, skip)
-                print(f"== {mode} n={world} {backend}: {took:.0f} s", flush=True)
+                return launch(mode, backend, world, args.pattern, args.timeout, skip)
+            # --jobs 2: the two backends' launches side by side (their tests wait more than they compute)
+            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+                for backend, (got[backend], took) in zip(BACKENDS, pool.map(one, BACKENDS)):
+                    print(f"== {mode} n={world} {backend}: {took:.0f} s", flush=True)
             names = sorted(set(got["gloo"]) | set(got["ringzero"]))
             for name in names:
                 g, z = (got[b].get(name, ("absent", "")) for b in BACKENDS)
