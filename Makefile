@@ -34,7 +34,7 @@ test: $(STAMP)  ## the whole suite: simulated ranks, real mpirun jobs (n=1..5), 
 
 test-torch-suite: $(STAMP)  ## PyTorch's own distributed tests (its wheel's distributed_test.py) for Gloo and ringzero, 2 and 3 ranks, under mpirun and the suite's harness
 	mkdir -p build
-	$(BIN)/python tests/torch_suite/run.py --world 2,3 --mode mpirun,spawn --json build/torch-suite.json
+	$(BIN)/python tests/torch_suite/run.py --world 2,3 --mode mpirun,spawn --spawn-full 2 --json build/torch-suite.json
 
 demo: $(STAMP)  ## one correctness line per collective, a short ring-vs-MPI sweep, ZeRO-3 steps, FSDP2 over ringzero
 	$(MPIRUN) $(call over,$(NP)) -n $(NP) $(BIN)/python examples/demo.py

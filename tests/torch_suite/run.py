@@ -16,6 +16,10 @@ for Gloo's (AsGloo). What stays Gloo's alone is what torch itself keeps for the 
 
     python tests/torch_suite/run.py --world 2,3 --mode mpirun,spawn --json suite.json [-k allgather]
 
+``--spawn-full 2`` (``make test-torch-suite``): at the other sizes the spawn mode runs only the
+tests that did not pass under mpirun for both backends (the harness's own tests, and what failed),
+reporting the rest with the mpirun outcome's reason; its process starts are most of the suite's time.
+
 prints one line per test with both backends' outcomes, then the counts, and writes them all
 to ``--json``. Exit status 1 when a test that passes for Gloo does not pass for ringzero,
 unless ``--allow`` lists it (tests/torch_suite/elsewhere.txt: what another branch provides).
@@ -32,7 +36,6 @@ import sys
 import tempfile
 import time
 import unittest
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -257,7 +260,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for one launch")
     ap.add_argument("--start", choices=("forkserver", "spawn"), default="forkserver",
                     help="how the spawn mode starts each test's processes")
-    ap.add_argument("--jobs", type=int, default=1, help="launches at once (2: Gloo's and ringzero's together)")
+    ap.add_argument("--spawn-full", default=None,
+                    help="world sizes at which the spawn mode runs every test (default: all); at the others "
+                         "it runs only the tests that did not pass under mpirun for both backends")
     ap.add_argument("--spawn-all", action="store_true",
                     help="in the spawn mode, start every test, also those skipped under mpirun")
     args = ap.parse_args()
@@ -273,22 +278,27 @@ def main() -> int:
     report, missing = {}, []
     os.environ["RZ_SUITE_START"] = args.start
     modes = sorted(args.mode.split(","), key=("mpirun", "spawn").index)  # mpirun first: see skip below
+    worlds = [int(w) for w in args.world.split(",")]
+    spawn_full = set(worlds if args.spawn_full is None else map(int, args.spawn_full.split(",")))
     for mode in modes:
-        for world in map(int, args.world.split(",")):
+        for world in worlds:
             got = {}
-
-            def one(backend):
+            for backend in BACKENDS:
                 # In the spawn mode a test the suite skips at run time (no GPU, too few ranks) still
                 # starts its processes and makes its group, a few seconds each: a test the same
                 # gate skipped under mpirun, at this size, for this backend, is reported skipped.
                 before = report.get(f"mpirun n={world}", {}).get("outcomes", {}).get(backend, {})
                 skip = None if mode != "spawn" or args.spawn_all else {
                     n: f"skipped under mpirun at {world} ranks: {o[1]}" for n, o in before.items() if o[0] == "skipped"}
-                return launch(mode, backend, world, args.pattern, args.timeout, skip)
-            # --jobs 2: the two backends' launches side by side (their tests wait more than they compute)
-            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-                for backend, (got[backend], took) in zip(BACKENDS, pool.map(one, BACKENDS)):
-                    print(f"== {mode} n={world} {backend}: {took:.0f} s", flush=True)
+                if skip is not None and world not in spawn_full:
+                    # at this size the spawn mode runs what mpirun could not settle: a test that passed
+                    # under mpirun for both backends is reported with that outcome's reason
+                    mpirun = report.get(f"mpirun n={world}", {}).get("outcomes", {})
+                    skip.update({n: f"passed under mpirun at {world} ranks for gloo and ringzero"
+                                 for n in mpirun.get("gloo", {}) if all(
+                                     mpirun.get(b, {}).get(n, ("",))[0] == "passed" for b in BACKENDS)})
+                got[backend], took = launch(mode, backend, world, args.pattern, args.timeout, skip)
+                print(f"== {mode} n={world} {backend}: {took:.0f} s", flush=True)
             names = sorted(set(got["gloo"]) | set(got["ringzero"]))
             for name in names:
                 g, z = (got[b].get(name, ("absent", "")) for b in BACKENDS)
