@@ -64,7 +64,8 @@ def _direct(comm, kind, p, xa, oa, forced) -> Choice:
     offered = (kind == "all_gather" and xloc is None and d.pids is not None and piece >= comm.tuning.cma_min_bytes
                and not np.may_share_memory(x, oa.host)
                and roads.choose(replace(f, staged=True, pushable=False, overlap=False), comm.tuning).road
-               is not Road.PIPE)
+               is not Road.PIPE) or (kind == "broadcast" and xloc is None and d.pids is not None
+                                     and x.nbytes >= comm.tuning.cma_min_bytes)
     staged = xloc is None and not offered
     if kind == "all_gather":
         pushable = xloc is not None and oloc is not None

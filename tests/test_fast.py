@@ -134,11 +134,14 @@ def test_mismatch_and_absent_peer_after_many_c_calls():
 def test_large_all_gather_pieces_are_read_in_place(n, cma):
     """All-gather pieces from the tuning table's cma_min_bytes of ordinary arrays are offered in place and
     read with process_vm_readv (in Python, then in C): exact for even and uneven
-    pieces, in place, beside a heap input. COLLECTIVES_CMA=0: staged, still exact."""
+    pieces, in place, beside a heap input; broadcasts whose root reads in place too.
+    COLLECTIVES_CMA=0: staged, still exact."""
     res = _run(n, "cma", **({} if cma is None else {"COLLECTIVES_CMA": cma}))
     for r in res:
-        assert r["nfail"] == 0 and r["cases"] == 48, r["failures"]
+        assert r["nfail"] == 0 and r["cases"] == 48 + 3 * 2 * 2 * REPEAT, r["failures"]
         assert r["pids"] == (cma is None)
+        # broadcasts from MIN_BYTES (2 of 3 sizes): the root offers its input, in place or not
+        assert (r["root_offered"] > 0) == (cma is None and r["rank"] in (0, n - 1)), r
         # pieces of MIN_BYTES and more (3 of 4 sizes, x 4 calls): offered when outside out (not in
         # place, where staging copies as much with no wait for readers), and not by rank 0 when its
         # input is in the heap

@@ -51,7 +51,9 @@ def test_a_reused_id_gets_its_own_plan(world):
 
     s = sum(range(1, world + 1))
     for out, reused in simulate(world, fn):
-        assert world > 1 or reused == 2, "the test needs the id reused"
+        # one thread: the allocator hands the id out again, in at least one of the two cases (in the
+        # other, an object the calls made in between may hold it for good)
+        assert world > 1 or reused >= 1, "the test needs the id reused"
         np.testing.assert_array_equal(out[0], np.full(8, s, np.float32))
         np.testing.assert_array_equal(out[1], np.full(11, s, np.float64))
         np.testing.assert_array_equal(out[2], np.full(BIG, s, np.float32))

@@ -204,19 +204,21 @@ def all_gather(w, d, x, out, counts, xloc, oloc, road) -> bool:
 
 
 def broadcast(w, d, x, out, root, xloc) -> bool:
-    """Direct.broadcast's steps: the root stages its input (or posts its heap array) and,
-    out of place, copies it into its out; every other rank waits for it and copies it
-    into its out; the root waits for its readers only when they read its heap input."""
+    """Direct.broadcast's steps: the root stages its input, posts its heap array or offers x
+    in place, and copies it into its out; every other rank copies (or reads) it into its out."""
     r = d.rank
     staged = w.src[root][0] == PRIVATE
+    offered = w.src[root][0] == CMA_WIN  # the root's private input read in place (cma.py)
+    if offered and d.pids is None:
+        return False
     if staged:
         need = 2 * ((x.nbytes + 63) // 64 * 64)
         if d.stage_window is None or d.stage_window.nbytes < need:
             return False
         w.stage = d.stage_window
     for par in (0, 1):
-        mine = xloc if xloc is not None else (PRIVATE, PRIVATE)
-        if r == root and xloc is None:  # our input into the stage half of this call, before posting
+        mine = xloc if xloc is not None else w.src[r] if r == root and offered else (PRIVATE, PRIVATE)
+        if r == root and xloc is None and not offered:  # our input into the stage half of this call, before posting
             w.copy(d.staged_view(r, par, x.nbytes).view(x.dtype), x)
         w.post(par, mine, (PRIVATE, PRIVATE), INPUT if r == root or xloc is not None else READY)
         w.wait_peers(READY)
@@ -226,12 +228,15 @@ def broadcast(w, d, x, out, root, xloc) -> bool:
             if address(out) != address(x):
                 w.copy(out, x)
             w.cur += [C.RAISE, w.slot[r], DONE]
-            if xloc is not None:  # peers read our heap input: wait until they are done
+            if xloc is not None or offered:  # peers read our heap input, or x in place: wait until they are done
                 w.wait_peers(DONE)
         else:
             if staged:
                 w.cur += [C.WAIT, w.slot[root], INPUT, root, INPUT]
-            w.copy(out, w.src_view(root, par, x.size, x.dtype))
+            if offered:  # at the address the root posts in this call's header area
+                w.cur += [C.CMAREAD, d.pids[root], w.area(root, par) + 8 * (NF + 1), 0, address(out), x.nbytes]
+            else:
+                w.copy(out, w.src_view(root, par, x.size, x.dtype))
             w.cur += [C.RAISE, w.slot[r], DONE]
         w.end()
     return True

@@ -16,9 +16,10 @@ FSDP2 at batch 16, whose all-gathers are in place, trained at 1.36-1.65x
 Gloo's steps/s with them offered, 2.19x without, and 1.84-2.10x with none); each peer reads
 it straight into its ``out`` with ``process_vm_readv``, and the owner waits
 until every peer is done reading before it returns, as a heap input's owner
-does. Used where the node's ranks agreed at start that the kernel allows it
-(``probe``: same user, no ptrace restriction) and the tuning table's ``cma``
-is on. A C program reads the address each peer posts in every call, so a peer
+does. A broadcast's root offers its private input the same way from
+``cma_min_bytes`` (symmetric/direct.py). Used where the node's ranks agreed at
+start that the kernel allows it (``probe``: same user, no ptrace restriction)
+and the tuning table's ``cma`` is on. A C program reads the address each peer posts in every call, so a peer
 may pass a new array each time (csrc/fastpath.c's CMAREAD).
 """
 from __future__ import annotations

@@ -11,11 +11,10 @@ among direct, one-phase, push, staged-ring and pipe is roads.choose's, asked
 once the headers are posted (``road``); by_ring.py and pipe.py run the two
 that leave the direct algorithms.
 
-Each element is read once from each rank and written once. Before
-returning, every rank waits until every peer says it is done reading (the
-caller may overwrite its buffers as soon as we return), unless peers read
-only its stage copy (``finish``). Ordinary arrays are staged (stage.py):
-copied into one half of the stage window, the halves alternating by call.
+Each element is read once from each rank and written once. Before returning, every rank
+waits until every peer says it is done reading (the caller may overwrite its buffers as
+soon as we return), unless peers read only its stage copy (``finish``). Ordinary arrays
+are staged (stage.py, one half of the stage window per call) or read in place (cma.py).
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from ..roads import Facts, Road
 from . import stage
 from .allreduce import AllReduce, flat
 from .by_ring import by_ring
-from .cma import address
+from .cma import Remote, address, cma_read
 from .gather import AllGather
 from .pipe import by_pipe
 from .scatter import ReduceScatter
@@ -167,7 +166,7 @@ class Direct:
         staged = self.plans.get(("staged", key, root))
         if staged is None:
             staged = self.cached(("staged", key, root), lambda: sig.staging() if root is None
-                                 else sig.loc(root, 0)[0] < 0)
+                                 else sig.loc(root, 0)[0] == PRIVATE)
         self.staged = staged  # node-wide: some rank's input is staged this call
         self.key = key
         if not staged or (leaves and staged):
@@ -268,17 +267,25 @@ class Direct:
 
     # ---------------------------------------------------------- broadcast, barrier
     def broadcast(self, ctx, hdr, x, out, root, xloc):
+        """The root's input read from the heap, its stage copy, or (private, from cma_min_bytes)
+        in place with process_vm_readv; the root waits for readers of its heap input or x."""
         sig = self.sig
         leaves = self.leaves("broadcast", x.nbytes, x.nbytes, x.dtype)
-        base = self.start(ctx, hdr, x, xloc, x.nbytes, root=root, leaves=leaves)
+        offer = (self.rank == root and xloc is None and self.pids is not None
+                 and x.nbytes >= self.tuning.cma_min_bytes)
+        base = self.start(ctx, hdr, x, xloc, x.nbytes, root=root, leaves=leaves, offer=offer)
         if self.choose("broadcast", x.nbytes, x.nbytes, x.dtype) is not Road.DIRECT:
             return self.leave(ctx, base, "broadcast", x, out, root, None)
         if self.rank == root:
             if out is not x:
                 np.copyto(flat(out), flat(x))
-            self.finish(ctx, base, xloc)  # staged: peers read the stage copy, not x
+            self.finish(ctx, base, 0 if offer else xloc)  # staged: peers read the stage copy, not x
         else:
-            np.copyto(flat(out), self.src(root, x.size, x.dtype))
+            loc = sig.loc(root, 0)
+            if loc[0] == CMA_WIN:
+                cma_read(ctx, flat(out), Remote(self.pids[root], loc[1], x.nbytes, sig.world[root]))
+            else:
+                np.copyto(flat(out), self.src(root, x.size, x.dtype))
             if ctx.tracer is not None:
                 self.trace(ctx, "direct broadcast", [(root, root, x.nbytes)])
             sig.raise_to(base + DONE)  # the root waits for this; nobody reads ours

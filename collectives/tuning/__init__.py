@@ -83,7 +83,8 @@ SETTINGS = (
     Setting("stage_max_reduce_scatter", 2 * MiB, None, "staged reduce-scatters up to this size",
             f"{CPU2}, C programs from the first line: staged 0.37-0.60x the time of the staged-ring at "
             f"1-2 MiB, 1.29x at 4 MiB; {TUNE_FILE}"),
-    Setting("stage_max_all_gather", 1 * MiB, None, "staged all-gathers up to this piece size (pieces below cma_min_bytes, or all where cma is off)",
+    Setting("stage_max_all_gather", 1 * MiB, None,
+            "staged all-gathers up to this piece size (pieces below cma_min_bytes, or all where cma is off)",
             f"{CPU2}, C programs from the first line (fast/lane.py): staged 1.6-2.5x raw MPI at 128 KiB-2 MiB "
             "out, read in place 1.0-1.1x; at 4 MiB out the three copies meet the edge of the 32 MiB L3 and lost "
             "to MPI in full sweeps (0.35-0.47x), at 16 MiB always (0.45-0.8x); "
@@ -103,13 +104,16 @@ SETTINGS = (
     Setting("push_chunk_bytes", 256 * KiB, None, "a pushed chunk is written to every peer while it is in cache", CPU2),
     Setting("push_min_all_gather", 1 * MiB, None, "all-gathers from this size of out are pushed where they can be",
             f"{CPU2} (1.16-1.37x the pull from 1 MiB, 0.94-1.00x at 4-512 KiB); {TUNE_FILE}"),
-    Setting("cma", 1, "COLLECTIVES_CMA", "all-gather pieces of private arrays read in place with process_vm_readv",
+    Setting("cma", 1, "COLLECTIVES_CMA",
+            "all-gather pieces and broadcasts of private arrays read in place with process_vm_readv",
             "Linux only, where the kernel allows it (probed at setup)"),
-    Setting("cma_min_bytes", 8 * KiB, None, "all-gather pieces from this size are read in place instead of staged",
+    Setting("cma_min_bytes", 8 * KiB, None,
+            "all-gather pieces and broadcasts from this size are read in place instead of staged",
             f"{CPU2} and on a second 2-core x86 machine (2 MiB L2, 480 MiB L3): read in place 1.0-1.1x raw MPI "
             "on the first, 1.00-1.45x at every size on the second; staged 1.6-2.5x on the first, 0.59-0.86x "
             "from 16 KiB pieces on the second; bench/results/2026-12-02-cpu2b-all-gather/, "
-            "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt"),
+            "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt; broadcasts on the second: "
+            "bench/results/2026-12-02-cpu2b-broadcast/"),
     Setting("pipe", 1, "COLLECTIVES_PIPE", "the pipe for the largest staged all-reduces and all-gathers (0: never)",
             CPU2),
     Setting("pipe_min_all_reduce", 32 * MiB, "COLLECTIVES_PIPE_MIN", "staged all-reduces from this size take the pipe",

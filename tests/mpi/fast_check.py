@@ -179,8 +179,9 @@ def faults():
 
 def cma():
     """Ordinary all-gather pieces from the tuning table's cma_min_bytes are read in place (process_vm_readv)
-    unless x is inside out (then staged): even and uneven pieces, a heap input on rank 0 too; repeated, so
-    the C programs (CMAREAD) take the later calls. COLLECTIVES_CMA=0: staged instead."""
+    unless x is inside out (then staged): even and uneven pieces, a heap input on rank 0 too; a broadcast
+    root's input from that size too, in place or not; repeated, so the C programs (CMAREAD) take the later
+    calls. COLLECTIVES_CMA=0: staged instead."""
     comm = Communicator(timeout=60)
     MIN_BYTES = comm.tuning.cma_min_bytes
     extra["pids"] = comm.symmetric.direct.pids is not None
@@ -204,6 +205,20 @@ def cma():
                       comm.all_gather(x, out=out, counts=None if piece % 2 == 0 else counts), np.concatenate(xs))
                 offered += comm.symmetric.direct.offered
     extra["offered"] = offered
+    # broadcast: a root's private input from MIN_BYTES is read in place by every other rank
+    root_offered = 0
+    for count in (MIN_BYTES // 8, MIN_BYTES // 4, MIN_BYTES // 2 + 5):  # float32 elements
+        for root in (0, n - 1):
+            for where in ("out of place", "in place"):
+                x = np.empty(count, np.float32)
+                out = x if where == "in place" else np.full(count, -1, np.float32)
+                for call in range(REPEAT):
+                    want = np.arange(count, dtype=np.float32) * (root + 3) + call
+                    x[:] = want if rank == root else -2
+                    check(f"cma broadcast count={count} root={root} {where} #{call}",
+                          comm.broadcast(x, root=root, out=out), want)
+                    root_offered += comm.symmetric.direct.offered
+    extra["root_offered"] = root_offered
     extra["runs"] = runs(comm)
     comm.close()
 

@@ -376,9 +376,9 @@ def defaults():
     item = 4
     for kind, limit in STAGE_MAX_BYTES.items():
         k = limit // item
-        # all-gather pieces past the limit are read in place (process_vm_readv, cma.py) where the kernel
-        # allows it: the direct path at every size, with no stage copy
-        above = "direct" if kind == "all_gather" and sym.direct.pids is not None else "ring"
+        # all-gather pieces and a broadcast root's private input past the limit are read in place
+        # (process_vm_readv, cma.py) where the kernel allows it: the direct path at every size, no stage copy
+        above = "direct" if kind in ("all_gather", "broadcast") and sym.direct.pids is not None else "ring"
         for count, want_path in ((k, "direct"), (k + 64, above)):
             for mixed in (False, True):
                 def run(c, x):
