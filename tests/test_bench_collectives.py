@@ -220,3 +220,19 @@ def test_deepspeed_missing_says_how_to_build_it(tmp_path):
                      (["--algorithm", "deepspeed", "--redop", "max"], "--algorithm deepspeed all-reduces")):
         p = run_mpi(1, ROOT / "bench" / "collectives.py", *bad, timeout=60)
         assert p.returncode != 0 and why in p.stderr, p.stderr
+
+
+def test_ratios_over_launches_give_the_median_and_the_lowest(tmp_path):
+    """bench/ratios.py: one launch's ratios as they are; several launches' as median (lowest)."""
+    def rec(op, b, r):
+        return {"op": op, "algorithm": "ring", "bytes": b, "ratio_vs_mpi": r}
+    files = []
+    for i, r in enumerate((1.5, 0.9, 1.2)):
+        f = tmp_path / f"sweep-{i}.json"
+        f.write_text(json.dumps([rec("all_reduce", 1024, r), rec("all_gather", 1024, 2 * r),
+                                 {"op": "all_reduce", "algorithm": "mpi", "bytes": 1024}]))
+        files.append(str(f))
+    one = subprocess.run([sys.executable, "bench/ratios.py", files[0]], capture_output=True, text=True, cwd=ROOT)
+    assert one.returncode == 0 and "| 1 KiB | 1.50x | 3.00x |" in one.stdout, one.stdout + one.stderr
+    many = subprocess.run([sys.executable, "bench/ratios.py", *files], capture_output=True, text=True, cwd=ROOT)
+    assert many.returncode == 0 and "| 1 KiB | 1.20 (0.90) | 2.40 (1.80) |" in many.stdout, many.stdout + many.stderr

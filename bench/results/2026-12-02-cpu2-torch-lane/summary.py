@@ -9,6 +9,8 @@ import sys
 d = sys.argv[1]
 for kind in ("small", "small-fresh", "small-off"):
     files = sorted(glob.glob(f"{d}/{kind}-[0-9].json"))
+    if not files:  # a folder that ran only some of the kinds
+        continue
     recs = [r for f in files for r in json.load(open(f)) if r["algorithm"] == "torch"]
     print(f"## {kind}: {len(files)} launches, medians (dist.* / MPI time: at most 2.0 is the limit)\n")
     print("| op | size | dist.* / MPI | torch's API / MPI | our group (us) | dist.* (us) | MPI (us) | worst launch |")

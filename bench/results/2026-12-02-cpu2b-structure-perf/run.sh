@@ -14,4 +14,4 @@ for i in $(seq 1 $ROUNDS); do
         --json $OUT/$side-$i.json > $OUT/$side-$i.txt 2>&1 ) || echo "$side-$i rc=$?" >> $OUT/errors.txt
   done
 done
-$PY $D/table.py $D > $D/table.md
+$PY bench/results/2026-12-01-cpu2-structure-perf/table.py $D > $D/table.md

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Small calls through dist.* on the second 2-core machine: three launches each of the same tensors
-# and fresh views per call (--fresh), taking turns, 2 ranks; then summary.py over them.
+# and fresh views per call (--fresh), taking turns, 2 ranks; then the torch-lane folder's summary.py over them.
 # Run from the checkout's root.
 set -e
 D=bench/results/2026-12-02-cpu2b-torch-small
@@ -14,4 +14,4 @@ for i in 1 2 3; do
       --json $D/$kind-$i.json > $D/$kind-$i.txt 2>&1
   done
 done
-.venv/bin/python $D/summary.py $D > $D/summary.md
+.venv/bin/python bench/results/2026-12-02-cpu2-torch-lane/summary.py $D > $D/summary.md
