@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from . import plan, roads
 from .dispatch import _sizes
 from .dtypes import COLLECTIVES
 from .roads import Choice, Facts, Road
+from .symmetric.cma import offers
 
 
 def query(comm, collective: str, x, out, op, counts, root) -> Choice:
@@ -61,11 +60,7 @@ def _direct(comm, kind, p, xa, oa, forced) -> Choice:
     f = Facts(kind, nbytes, piece, xa.dtype, args[0] if kind in ("all_reduce", "reduce_scatter") else None,
               comm.size, direct=True, in_place=p.in_place)
     d = comm.symmetric.direct
-    offered = (kind == "all_gather" and xloc is None and d.pids is not None and piece >= comm.tuning.cma_min_bytes
-               and not np.may_share_memory(x, oa.host)
-               and roads.choose(replace(f, staged=True, pushable=False, overlap=False), comm.tuning).road
-               is not Road.PIPE) or (kind == "broadcast" and xloc is None and d.pids is not None
-                                     and x.nbytes >= comm.tuning.cma_min_bytes)
+    offered = kind in ("all_gather", "broadcast") and offers(d, kind, x, None if oa is None else oa.host, xloc, piece)
     staged = xloc is None and not offered
     if kind == "all_gather":
         pushable = xloc is not None and oloc is not None

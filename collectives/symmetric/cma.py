@@ -17,10 +17,11 @@ Gloo's steps/s with them offered, 2.19x without, and 1.84-2.10x with none); each
 it straight into its ``out`` with ``process_vm_readv``, and the owner waits
 until every peer is done reading before it returns, as a heap input's owner
 does. A broadcast's root offers its private input the same way from
-``cma_min_bytes`` (symmetric/direct.py). Used where the node's ranks agreed at
-start that the kernel allows it (``probe``: same user, no ptrace restriction)
-and the tuning table's ``cma`` is on. A C program reads the address each peer posts in every call, so a peer
-may pass a new array each time (csrc/fastpath.c's CMAREAD).
+``cma_min_bytes``; ``offers`` is the one rule for both. Used where the node's
+ranks agreed at start that the kernel allows it (``probe``: same user, no
+ptrace restriction) and the tuning table's ``cma`` is on. A C program reads
+the address each peer posts in every call, so a peer may pass a new array each
+time (csrc/fastpath.c's CMAREAD).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import os
 import numpy as np
 
 from ..errors import CollectiveError
+from ..roads import Road
 from .signals import CMA_WIN  # noqa: F401  (the posted source window of an input read in place)
 
 
@@ -80,6 +82,18 @@ def cma_read(ctx, dst: np.ndarray, src: Remote) -> None:
         read(dst, src)
     except OSError as e:
         raise CollectiveError(f"rank {ctx.rank}: {ctx.label}: {e}") from e
+
+
+def offers(d, kind: str, x, out, xloc, piece: int) -> bool:
+    """Whether this rank offers its input to be read in place in a call on the Direct ``d``:
+    a private input (``xloc`` None) of ``cma_min_bytes`` or more (``piece``: an all-gather's
+    largest piece, a broadcast's whole input), where the node's kernel allows it; an
+    all-gather's only when x is outside its out and the call would not pipe."""
+    if xloc is not None or d.pids is None or piece < d.tuning.cma_min_bytes:
+        return False
+    if kind == "broadcast":
+        return True
+    return not np.may_share_memory(x, out) and d.if_staged(kind, out.nbytes, piece, x.dtype) is not Road.PIPE
 
 
 def probe(node, enabled: bool = True) -> list[int] | None:

@@ -28,7 +28,7 @@ from ..roads import Facts, Road
 from . import stage
 from .allreduce import AllReduce, flat
 from .by_ring import by_ring
-from .cma import Remote, address, cma_read
+from .cma import Remote, address, cma_read, offers
 from .gather import AllGather
 from .pipe import by_pipe
 from .scatter import ReduceScatter
@@ -271,8 +271,7 @@ class Direct:
         in place with process_vm_readv; the root waits for readers of its heap input or x."""
         sig = self.sig
         leaves = self.leaves("broadcast", x.nbytes, x.nbytes, x.dtype)
-        offer = (self.rank == root and xloc is None and self.pids is not None
-                 and x.nbytes >= self.tuning.cma_min_bytes)
+        offer = self.rank == root and offers(self, "broadcast", x, out, xloc, x.nbytes)
         base = self.start(ctx, hdr, x, xloc, x.nbytes, root=root, leaves=leaves, offer=offer)
         if self.choose("broadcast", x.nbytes, x.nbytes, x.dtype) is not Road.DIRECT:
             return self.leave(ctx, base, "broadcast", x, out, root, None)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..roads import Road
 from .allreduce import flat
-from .cma import Remote, cma_read
+from .cma import Remote, cma_read, offers
 from .signals import CMA_WIN, DONE, PRIVATE
 from .stage import ranges_of
 
@@ -39,9 +39,7 @@ class AllGather:
         piece = (max(counts) if not hier else max(sum(c for _, c in r) for r in ranges)) * dt.itemsize
         staged_road = None if hier else d.if_staged("all_gather", out.nbytes, piece, dt)
         leaves = staged_road in (Road.PIPE, Road.STAGED_RING)
-        # a private input of cma_min_bytes or more is offered in place, unless the call would pipe
-        offer = (not hier and staged_road is not Road.PIPE and xloc is None and d.pids is not None
-                 and piece >= d.tuning.cma_min_bytes and not np.may_share_memory(x, out))
+        offer = not hier and offers(d, "all_gather", x, out, xloc, piece)  # read in place (cma.py)
         base = d.start(ctx, hdr, x, xloc, piece, dst, leaves=leaves, offer=offer)
         if hier:
             d.road = Road.DIRECT
