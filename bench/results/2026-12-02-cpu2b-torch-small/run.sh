@@ -15,3 +15,4 @@ for i in 1 2 3; do
   done
 done
 .venv/bin/python bench/results/2026-12-02-cpu2-torch-lane/summary.py $D > $D/summary.md
+.venv/bin/python $D/views.py > $D/views.txt
