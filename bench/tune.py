@@ -12,7 +12,8 @@ each round about 20 ms of calls per road).
 - stage_max_<collective>: a staged call on the direct roads against the staged-ring;
 - cma_min_bytes: all-gather pieces of ordinary arrays read in place (process_vm_readv)
   against staged;
-- pipe_min_all_reduce, pipe_min_all_gather: the pipe against the staged-ring;
+- pipe_min_all_reduce, pipe_min_all_gather: the pipe against the staged-ring (all-reduce) or the read in
+  place (all-gather); 0 (never) where it wins at no size;
 - push_min_all_gather: heap all-gathers pushed against pulled.
 
 The file also records the rank count (the stage limits apply to nodes of that size),
@@ -195,14 +196,17 @@ def main(argv=None) -> int:
     if "pipe" in only and n > 1 and has_c():
         for kind in ("all_reduce", "all_gather"):
             pipe = Communicator(stage="1", road={kind: Road.PIPE})
-            ring = Communicator(stage="1", road={kind: Road.STAGED_RING})
+            # against the road the call takes without it: the staged-ring for an all-reduce, the read in
+            # place (cma) for an all-gather's large pieces
+            ring = Communicator(stage="1", road={kind: Road.STAGED_RING}) if kind == "all_reduce" \
+                else Communicator(road={kind: Road.DIRECT})
             # the pipe is the road from the threshold up: the first size where it wins, after which it keeps winning
             log_name = f"pipe_min_{kind}"
             crossover(log_name, [ring, pipe], kind, sizes(4 * MiB, 64 * MiB), a.rounds, log)
             wins = [s for s, r in log[log_name] if r >= 1.0]
-            if log[log_name]:  # from the first size the pipe wins at and keeps winning above; else past the sizes
+            if log[log_name]:  # from the first size the pipe wins at and keeps winning above; else 0: never
                 values[log_name] = min((s for s in wins if all(r >= 1.0 for t, r in log[log_name] if t >= s)),
-                                       default=2 * log[log_name][-1][0])
+                                       default=0)
             pipe.close()
             ring.close()
     if "push" in only and n > 1:

@@ -116,12 +116,13 @@ def test_pipe_wait_returns_at_the_deadline_naming_the_peer():
     assert int(node.slots[0][1]) == 1  # rank 0 had staged its first chunk
 
 
-def _pipe_mpi(n, mode, forced=True, timeout=240):
+def _pipe_mpi(n, mode, forced=True, timeout=240, **extra):
     env = dict(mpi_env())
     for k in ("COLLECTIVES_STAGE", "COLLECTIVES_PIPE_MIN", "COLLECTIVES_PIPE_CHUNK", "COLLECTIVES_PIPE"):
         env.pop(k, None)
     if forced:
         env.update(COLLECTIVES_STAGE="1", COLLECTIVES_PIPE_MIN="1", COLLECTIVES_PIPE_CHUNK="4096")
+    env.update(extra)
     proc = subprocess.run(mpirun_cmd(n) + [sys.executable, str(MPI_SCRIPTS / "pipe_check.py"), mode],
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -137,14 +138,26 @@ def test_pipe_grid_matches_numpy(n):
 
 
 def test_pipe_default_sizes_on_two_ranks():
-    """Automatic staging: the pipe takes all-reduces from 32 MiB and all-gathers from
-    64 MiB of out (the tuning table's pipe_min_*), the ring and reads in place below; exact."""
+    """Automatic staging with the default tuning (pipe_min_* 0: never): all-reduces take the
+    staged-ring from 16 MiB up, all-gathers read in place, at every size; exact."""
     for res in _pipe_mpi(2, "default", forced=False):
         assert res["nfail"] == 0, res["failures"]
-        assert res["pipe_min"] == {"all_reduce": 32 << 20, "all_gather": 64 << 20}
+        assert res["pipe_min"] == {"all_reduce": 0, "all_gather": 0}
+        assert res["roads"] == {"all_reduce 16777216": "staged-ring", "all_reduce 33554432": "staged-ring",
+                                "all_reduce 67108864": "staged-ring", "all_gather 16777216": "direct",
+                                "all_gather 33554432": "direct", "all_gather 67108864": "direct"}, res["roads"]
+
+
+def test_pipe_where_its_threshold_is_set():
+    """COLLECTIVES_PIPE_MIN=32 MiB (as a tuning file from bench/tune.py sets it where the pipe
+    wins): automatic staging takes the pipe from that size, the staged-ring and reads in place
+    below; exact."""
+    for res in _pipe_mpi(2, "default", forced=False, COLLECTIVES_PIPE_MIN=str(32 << 20)):
+        assert res["nfail"] == 0, res["failures"]
+        assert res["pipe_min"] == {"all_reduce": 32 << 20, "all_gather": 32 << 20}
         assert res["roads"] == {"all_reduce 16777216": "staged-ring", "all_reduce 33554432": "pipe",
                                 "all_reduce 67108864": "pipe", "all_gather 16777216": "direct",
-                                "all_gather 33554432": "direct", "all_gather 67108864": "pipe"}, res["roads"]
+                                "all_gather 33554432": "pipe", "all_gather 67108864": "pipe"}, res["roads"]
 
 
 def test_pipe_mismatch_raises_on_every_rank_before_any_chunk_moves():

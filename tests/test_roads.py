@@ -13,7 +13,7 @@ import pytest
 from collectives import Communicator, RoadError, simulate
 from collectives.roads import ROWS, Facts, Road, choose, parse
 from collectives.teach.trace import Tracer
-from collectives.tuning import SETTINGS, defaults
+from collectives.tuning import SETTINGS, defaults, load
 from conftest import MPI_SCRIPTS, ROOT, mpi_env, mpirun_cmd
 
 T = defaults()
@@ -47,18 +47,26 @@ def test_direct_roads_wait_for_the_header_post():
     assert road(collective="all_reduce", nbytes=KiB, piece=KiB, staged=True, **posted) is Road.ONE_PHASE
     above = 2 * T.stage_max_all_reduce
     assert road(collective="all_reduce", nbytes=above, piece=above, staged=True, **posted) is Road.STAGED_RING
-    assert road(collective="all_reduce", nbytes=64 * MiB, piece=64 * MiB, staged=True, **posted) is Road.PIPE
+    # the pipe only where pipe_min_* is set (0 by default: never)
+    assert road(collective="all_reduce", nbytes=64 * MiB, piece=64 * MiB, staged=True, **posted) is Road.STAGED_RING
+    piped = load({}, pipe_min_all_reduce=32 * MiB, pipe_min_all_gather=64 * MiB)
+    assert choose(Facts("all_reduce", 64 * MiB, 64 * MiB, f32, "sum", world=2, direct=True, staged=True),
+                  piped).road is Road.PIPE
+    assert choose(Facts("all_gather", 64 * MiB, 32 * MiB, f32, None, world=2, direct=True, staged=True),
+                  piped).road is Road.PIPE
+    assert choose(Facts("all_gather", 32 * MiB, 16 * MiB, f32, None, world=2, direct=True, staged=True),
+                  piped).road is Road.STAGED_RING  # below pipe_min_all_gather
     assert road(collective="all_reduce", nbytes=MiB, piece=MiB, staged=False, pushable=True, **posted) is Road.PUSH
     assert road(collective="all_reduce", nbytes=MiB, piece=MiB, staged=False, pushable=False, overlap=False,
                 **posted) is Road.ONE_PHASE  # two ranks reading clean inputs
     assert road(collective="all_reduce", nbytes=MiB, piece=MiB, staged=False, pushable=False, overlap=False,
                 **dict(posted, world=3)) is Road.DIRECT
     assert road(collective="all_gather", nbytes=2 * MiB, piece=MiB, staged=False, pushable=True, **posted) is Road.PUSH
-    assert road(collective="all_gather", nbytes=64 * MiB, piece=32 * MiB, staged=True, **posted) is Road.PIPE
+    assert road(collective="all_gather", nbytes=64 * MiB, piece=32 * MiB, staged=True, **posted) is Road.STAGED_RING
     assert road(collective="all_reduce", nbytes=KiB, world=4, nodes=2, direct=True) is Road.HIER
     # the pipe's C loop has no float max: a staged 64 MiB float max takes the ring
-    assert road(collective="all_reduce", nbytes=64 * MiB, piece=64 * MiB, staged=True,
-                **dict(posted, op="max")) is Road.STAGED_RING
+    assert choose(Facts("all_reduce", 64 * MiB, 64 * MiB, f32, "max", world=2, direct=True, staged=True),
+                  piped).road is Road.STAGED_RING
 
 
 @pytest.mark.parametrize("forced,facts,why", [

@@ -95,7 +95,8 @@ def _piped(f: Facts, t) -> bool:
     if c not in ("all_reduce", "all_gather") or not t.pipe or not has_c():
         return False
     explicit = t.origin("pipe_min_" + c) != "default"
-    if (t.stage != "auto" and not explicit) or f.nbytes < getattr(t, "pipe_min_" + c):
+    least = getattr(t, "pipe_min_" + c)
+    if least <= 0 or (t.stage != "auto" and not explicit) or f.nbytes < least:
         return False
     return c == "all_gather" or c_reduces(f.dtype, f.op, pipe=True)
 

@@ -70,7 +70,7 @@ ROWS = (
         "staged calls above stage_max_* (auto staging)", ("stage_max_all_reduce", "stage_max_reduce_scatter",
                                                           "stage_max_all_gather", "stage_max_broadcast")),
     Row(Road.PIPE, ("all_reduce", "all_gather"), "chunks through shared-memory slots with streaming stores, in C",
-        "staged all-reduces from pipe_min_all_reduce, all-gathers from pipe_min_all_gather (auto staging)",
+        "staged all-reduces from pipe_min_all_reduce, all-gathers from pipe_min_all_gather where set (auto staging)",
         ("pipe", "pipe_min_all_reduce", "pipe_min_all_gather", "pipe_chunk_bytes", "pipe_depth")),
     Row(Road.HIER, DATA + ("barrier",), "direct within each node, the ring between nodes on rails",
         "heap arrays on several nodes", ("node_size",)),

@@ -114,13 +114,24 @@ SETTINGS = (
             "from 16 KiB pieces on the second; bench/results/2026-12-02-cpu2b-all-gather/, "
             "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt; broadcasts on the second: "
             "bench/results/2026-12-02-cpu2b-broadcast/"),
-    Setting("pipe", 1, "COLLECTIVES_PIPE", "the pipe for the largest staged all-reduces and all-gathers (0: never)",
+    Setting("pipe", 1, "COLLECTIVES_PIPE", "the pipe for staged all-reduces and all-gathers from pipe_min_* (0: never)",
             CPU2),
-    Setting("pipe_min_all_reduce", 32 * MiB, "COLLECTIVES_PIPE_MIN", "staged all-reduces from this size take the pipe",
-            f"{CPU2} (1.06-1.12x the ring at 32 MiB, 1.26-1.32x at 64 MiB, even at 16 MiB); "
-            "bench/results/2026-12-01-cpu2-pipe/; " + TUNE_FILE),
-    Setting("pipe_min_all_gather", 64 * MiB, "COLLECTIVES_PIPE_MIN", "staged all-gathers from this size of out",
-            f"{CPU2} (1.18-1.33x MPI at 64 MiB, 0.82x at 32 MiB); bench/results/2026-12-01-cpu2-pipe/"),
+    Setting("pipe_min_all_reduce", 0, "COLLECTIVES_PIPE_MIN",
+            "staged all-reduces from this size take the pipe (0: never; they take the staged-ring)",
+            "never by default: the pipe swings within one launch between 6 and 19 ms a 32 MiB call, 10 and 47 ms "
+            "a 64 MiB one, on a 2-core machine with a 32 MiB L3, 1.05-3.54x raw MPI in four launches, where the "
+            "staged-ring is 2.98-3.71x in every launch (bench/results/2026-12-03-cpu2d-pipe-ag/rounds-ar.txt); "
+            f"on the first machine it won from 4 MiB, 1.26-2.1x the staged-ring ({TUNE_FILE}), on a 480 MiB-L3 "
+            "one only at 64 MiB, 1.19x (bench/results/2026-12-02-cpu2b-tune/tune-n2.json): a tuning file "
+            "(bench/tune.py --only pipe) may set it there"),
+    Setting("pipe_min_all_gather", 0, "COLLECTIVES_PIPE_MIN", "staged all-gathers from this size of out take the pipe "
+            "(0: never; they read in place)",
+            "never by default: at 64 MiB of out the pipe swings within one launch between 8 and 25 ms a call on two "
+            "2-core machines with a 32 MiB L3 (0.35-0.44x raw MPI in four launches on the fourth, 0.79-0.94x in "
+            "sweeps on the first), where reading in place is 0.98-1.05x, bound by the same copies as MPI; "
+            "bench/results/2026-12-03-cpu2d-pipe-ag/, bench/results/2026-12-02-cpu2-baselines/; 1.05-1.18x MPI "
+            "on machines with a 105 and a 480 MiB L3 (bench/results/2026-12-02-cpu2c-baselines/, "
+            "bench/results/2026-12-02-cpu2b-baselines/): a tuning file may set it there"),
     Setting("pipe_chunk_bytes", 256 * KiB, "COLLECTIVES_PIPE_CHUNK", "the pipe's chunk (whole cache lines)",
             f"{CPU2} (128 KiB-1 MiB chunks within a few percent)"),
     Setting("pipe_depth", 4, None, "the pipe's slots per rank", f"{CPU2} (2-8 deep within a few percent)"),
