@@ -16,7 +16,7 @@ import itertools
 
 import numpy as np
 
-from . import dispatch, plan, roads, tuning
+from . import dispatch, plan, plan_cache, roads, tuning
 from .arrays import tensor_in_heap
 from .context import Context
 from .dtypes import dtype_code
@@ -95,7 +95,8 @@ class Communicator(Resources):
         self.baseline = self._baseline(algorithm)
         self.seq = 0
         self.evens: dict = {}  # piece size -> (equal counts, digest): plan.even
-        self.plans: dict = {}  # (collective, id(x), id(out), op or root) -> Plan: see plan.py
+        self.plans: dict = {}  # (collective, id(x), id(out), op or root) -> Plan: see plan_cache.py
+        self.shapes: dict = {}  # plan_cache.shape_key -> the same Plans, for arrays just like their own
         self.last = None  # the plan of the latest call (road_taken)
         self.broken: BaseException | None = None
         self.cache: dict = {}
@@ -147,11 +148,9 @@ class Communicator(Resources):
                 if r is not None:
                     return r
         key = ("ar", id(x), id(out), op) if type(op) is str else None
-        p = self.plans.get(key) if key is not None else None
-        if p is not None:
-            got = p.take(x, out)
-            if got is not None:
-                return dispatch.dispatch(self, p, got[0], got[1], async_op)
+        got = plan_cache.lookup(self, key, x, out, op) if key is not None else None
+        if got is not None:
+            return dispatch.dispatch(self, *got, async_op)
         return dispatch.dispatch(self, *plan.all_reduce(self, key, x, op, out), async_op)
 
     def reduce_scatter(self, x, op: str = "sum", out=None, counts=None, async_op: bool = False):
@@ -172,11 +171,9 @@ class Communicator(Resources):
                 if r is not None:
                     return r
         key = ("rs", id(x), id(out), op) if counts is None and type(op) is str else None
-        p = self.plans.get(key) if key is not None else None
-        if p is not None:
-            got = p.take(x, out)
-            if got is not None:
-                return dispatch.dispatch(self, p, got[0], got[1], async_op)
+        got = plan_cache.lookup(self, key, x, out, op) if key is not None else None
+        if got is not None:
+            return dispatch.dispatch(self, *got, async_op)
         return dispatch.dispatch(self, *plan.reduce_scatter(self, key, x, op, out, counts), async_op)
 
     def all_gather(self, x, out=None, counts=None, async_op: bool = False):
@@ -196,11 +193,9 @@ class Communicator(Resources):
                 if r is not None:
                     return r
         key = ("ag", id(x), id(out)) if counts is None else None
-        p = self.plans.get(key) if key is not None else None
-        if p is not None:
-            got = p.take(x, out)
-            if got is not None:
-                return dispatch.dispatch(self, p, got[0], got[1], async_op)
+        got = plan_cache.lookup(self, key, x, out, None) if key is not None else None
+        if got is not None:
+            return dispatch.dispatch(self, *got, async_op)
         return dispatch.dispatch(self, *plan.all_gather(self, key, x, out, counts), async_op)
 
     def broadcast(self, x, root: int = 0, out=None, async_op: bool = False):
@@ -219,11 +214,9 @@ class Communicator(Resources):
                 if r is not None:
                     return r
         key = ("bc", id(x), id(out), root) if type(root) is int else None
-        p = self.plans.get(key) if key is not None else None
-        if p is not None:
-            got = p.take(x, out)
-            if got is not None:
-                return dispatch.dispatch(self, p, got[0], got[1], async_op)
+        got = plan_cache.lookup(self, key, x, out, root) if key is not None else None
+        if got is not None:
+            return dispatch.dispatch(self, *got, async_op)
         return dispatch.dispatch(self, *plan.broadcast(self, key, x, root, out), async_op)
 
     def barrier(self, async_op: bool = False):
@@ -276,6 +269,7 @@ class Communicator(Resources):
             self._barrier_plan = None
             self._make_lane()
         a = self.symmetric.alloc(shape, dtype)
+        self.shapes.clear()  # an address a plan knew may be in the heap now
         if self.lane is not None:  # an address the lane knew may be in the heap now
             fast_lane.spans(self, self.lane)
         return a

@@ -1,44 +1,14 @@
-"""Per-call plans: what a collective decides from its arguments, made once for
-the objects the caller passes and reused while it passes them again.
+"""A call's checks: what a collective decides from its arguments, once per call
+shape (plan_cache.py keeps the result, a :class:`Plan`, for the calls after).
 
-A call adapts its arrays (arrays.py), checks them (dtype, size, contiguity,
-writability, counts, root, op, the aliasing rule), builds its header
-(safety/header.py) and asks for its road (dispatch.route, roads.choose). None of that changes while the caller passes the very
-same objects, unchanged: a loop over the same gradient buckets, ZeRO's flat
-buffers, a benchmark. So ``Communicator`` keeps a :class:`Plan` per
-(collective, id(x), id(out), op or root), and a repeated call only checks that
-the objects are the plan's own and that nothing its checks depended on changed
-in place:
-
-- numpy arrays: shape, dtype and flags (``flags.num``: contiguity and
-  writability, so an ``out`` made read-only takes the full path again and is
-  refused there). A numpy array's memory cannot move while its shape holds
-  (``resize`` changes the shape; ``.data`` cannot be assigned).
-- CPU torch tensors: data pointer, shape, dtype and contiguity (``set_``,
-  ``resize_`` and ``t.data = ...`` move the first or change the second).
-
-Anything else takes the full path, which makes a new plan. The header
-agreement, the deadline and tracing run on every call either way; device
-arrays (cupy, CUDA torch) and explicit ``counts`` always take the full path.
-
-Memory: a plan keeps arrays of up to SMALL_BYTES (and heap arrays, which the
-heap maps until close anyway) alive through its adapted views, at most
-MAX_PLANS plans. Larger arrays are held by weak reference only: a numpy
-array is its own view; a CPU tensor's plan keeps a view of its memory that
-does not own it, handed back while the tensor lives at the same address (a
-view made anew per call missed the direct path's cache of bound views: +17 us
-a 256 KiB all-gather through torch, measured on two ranks); and their plan
-leaves the cache as soon as either array dies, so a caller cycling through
-fresh large buffers keeps none of them alive. Ids cannot be confused: a plan's
-arrays are alive while its entry exists (held, or the weak reference's
-callback removes the entry as the array dies, before its id can be reused),
-and a hit also compares identities.
+Each collective adapts its arrays (arrays.py), checks them (dtype, size,
+contiguity, writability, counts, root, op, the aliasing rule), builds its
+header (safety/header.py), and ``finish`` asks for its road (dispatch.route,
+roads.choose) and caches the plan.
 """
 from __future__ import annotations
 
-import ctypes
 import numbers
-import weakref
 
 import numpy as np
 
@@ -48,145 +18,8 @@ from .dtypes import check_reduction, dtype_code
 from .fast.codes import has_c
 from .host.schedule import check_counts
 from .kernels import NUMPY_KERNELS
+from .plan_cache import Plan, finish
 from .safety.header import ALGORITHMS, COLLECTIVES, Header, digest
-
-MAX_PLANS = 32  # plans per communicator; a caller cycling through more starts the cache over
-SMALL_BYTES = 64 * 1024  # arrays up to this size are held by their plan (views kept)
-
-
-class Plan:
-    """One call shape: its adapted arrays (or how to remake them), header, runner and arguments.
-
-    Attributes:
-      kind: the collective ("all_reduce", ...).
-      road: the road roads.choose gave it (a direct road's own is decided per call).
-      run: the body that executes it (dispatch.HOST, DIRECT or SYMMETRIC).
-      args: the body's trailing arguments (the road, op, counts, root, heap places).
-      hdr: the header (safety/header.Header), stamped with each call's sequence number.
-      chunk: the ring's chunk in elements (host collectives).
-      host: runs on host memory (the communicator's reusable Context).
-      in_place: x is out (all_reduce, broadcast) or out's own segment (all_gather).
-      in_c: its calls may run as a C program (a cached plan on a direct road).
-      program: that program (fast/program.py) once written after a call in Python, else None.
-      rebuilds: how often its program was rewritten for peers' new arrays.
-    """
-
-    __slots__ = ("kind", "road", "run", "args", "hdr", "chunk", "host", "in_place", "n", "fresh", "xa", "oa",
-                 "xref", "oref", "xshape", "xdtype", "xsig", "xnp", "oshape", "odtype", "osig", "onp",
-                 "xflat", "oflat", "in_c", "program", "rebuilds")
-
-    def take(self, x, out) -> tuple[Array, Array | None] | None:
-        """The adapted (x, out) for this call when ``x`` and ``out`` are this plan's objects,
-        unchanged in every way its checks saw; else None (make a new plan)."""
-        if not _unchanged(x, self.xref, self.xshape, self.xdtype, self.xsig, self.xnp):
-            return None
-        if self.oref is not None and not _unchanged(out, self.oref, self.oshape, self.odtype, self.osig, self.onp):
-            return None  # (oref None: out is None or x)
-        xa, oa = self.xa, self.oa
-        if xa is None:  # held weakly: views made again (the checks passed at the plan's making)
-            xa = _again(x, self.xflat, "x", False)
-            oa = xa if self.in_place and out is x else _again(out, self.oflat, "out", True) \
-                if out is not None else None
-        if self.fresh:
-            oa = xa.kind.empty(xa, self.n)
-        return xa, oa
-
-
-def _unchanged(a, ref, shape, dtype, sig, is_numpy: bool) -> bool:
-    """Whether ``a`` is the plan's object (``ref``), unchanged in shape, dtype and, for a
-    numpy array, flags (contiguity, writability), for a CPU tensor, data pointer and
-    contiguity."""
-    if ref() is not a or a.shape != shape or a.dtype is not dtype:
-        return False
-    if is_numpy:
-        return a.flags.num == sig
-    return a.data_ptr() == sig and a.is_contiguous()
-
-
-def _again(t, flat, name: str, writable: bool) -> Array:
-    """A weakly held array adapted again; a large CPU tensor gets its plan's ownerless view
-    (``flat``) back, the same object every call, so that what is keyed on the view (the
-    direct path's bound views, symmetric/direct.py) is found again instead of remade."""
-    if flat is None:
-        return adapt(t, name, writable=writable)
-    return Array(t, flat, NUMPY_KERNELS, False, _TORCH_KIND[0])
-
-
-def _ownerless(a: Array):
-    """A view of a CPU tensor's memory that does not keep the tensor alive (None for numpy
-    arrays, whose own object is their view). Used only while the plan's weak reference
-    says the tensor lives and its data pointer is unchanged (``Plan.take``), so the memory
-    it maps is the tensor's own."""
-    if a.kind is NUMPY or a.flat.nbytes == 0:
-        return None
-    _TORCH_KIND[0] = a.kind
-    buf = (ctypes.c_char * a.flat.nbytes).from_address(a.obj.data_ptr())
-    return np.frombuffer(buf, dtype=a.flat.dtype)
-
-
-_TORCH_KIND = [None]  # arrays.py's torch adapter, once a tensor has been planned
-
-
-def _sig(a):
-    """(shape, dtype, flags or data pointer, is numpy) of a host array, or None when
-    its kind is not one plans can watch (then the call is not cached)."""
-    if type(a) is np.ndarray:
-        return a.shape, a.dtype, a.flags.num, True
-    mod = type(a).__module__
-    if (mod == "torch" or mod.startswith("torch.")) and a.is_cpu:
-        return a.shape, a.dtype, a.data_ptr(), False
-    return None
-
-
-def _held(comm, a: Array) -> bool:
-    """Whether a plan may keep ``a`` alive: small, or in the symmetric heap."""
-    if a.flat.nbytes <= SMALL_BYTES:
-        return True
-    sym = comm.symmetric
-    return sym is not None and type(a.obj) is np.ndarray and sym.heap.locate(a.obj) is not None
-
-
-def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: bool, hdr: list,
-           args: tuple, fresh_n=None, fresh: bool = False) -> Plan:
-    """Make the plan of a checked call and, where its objects can be watched, cache it under ``key``."""
-    p = Plan()
-    p.kind, p.hdr, p.in_place, p.n, p.fresh = kind, Header(hdr), in_place, fresh_n, fresh
-    p.road, p.run, p.args = route(comm, kind, xa, oa, args, in_place)
-    p.host = oa is None or not oa.device
-    chunk = comm.chunk_bytes if p.host else comm.device_chunk_bytes
-    p.chunk = chunk if oa is None else max(1, chunk // oa.flat.itemsize)
-    p.xa = p.oa = p.xref = p.oref = p.xflat = p.oflat = p.program = None
-    p.in_c, p.rebuilds = False, 0
-    if key is None or not p.host:
-        return p
-    xs = _sig(x)
-    os_ = None if out is None or out is x else _sig(out)
-    if xs is None or (out is not None and out is not x and os_ is None):
-        return p
-    p.xshape, p.xdtype, p.xsig, p.xnp = xs
-    if os_ is not None:
-        p.oshape, p.odtype, p.osig, p.onp = os_
-    plans = comm.plans
-    held = _held(comm, xa) and (fresh or oa is xa or _held(comm, oa))
-    try:
-        if held:
-            p.xa, p.oa = xa, (None if fresh else oa)
-            p.xref = weakref.ref(x)
-            p.oref = weakref.ref(out) if os_ is not None else None
-        else:
-            def gone(_, plans=plans, key=key):
-                plans.pop(key, None)
-            p.xref = weakref.ref(x, gone)
-            p.oref = weakref.ref(out, gone) if os_ is not None else None
-            p.xflat = _ownerless(xa)
-            p.oflat = _ownerless(oa) if os_ is not None and not fresh else None
-    except TypeError:  # an object without weak references: not cached
-        return p
-    if len(plans) >= MAX_PLANS:
-        plans.clear()
-    plans[key] = p
-    p.in_c = p.run in IN_C and not fresh and bool(comm.tuning.fast) and has_c()
-    return p
 
 
 # ---------------------------------------------------------------- the checks

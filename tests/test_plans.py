@@ -1,5 +1,6 @@
-"""Per-call plans (collectives/plan.py): a repeated call on the same objects reuses
-its checks and header, and must still behave exactly like a first call.
+"""Per-call plans (collectives/plan.py, collectives/plan_cache.py): a repeated call on the
+same objects, or on arrays just like them, reuses its checks and header, and must still
+behave exactly like a first call.
 
 Each test runs simulated ranks in one process and checks results against numpy.
 """
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from collectives import MismatchError, simulate
-from collectives.plan import MAX_PLANS, SMALL_BYTES
+from collectives.plan_cache import MAX_PLANS, SMALL_BYTES
 
 BIG = SMALL_BYTES // 4 + 1024  # float32 elements: held by weak reference only
 
@@ -223,6 +224,7 @@ def test_cached_calls_under_mpirun_heap_ordinary_and_mpi_baseline(mpi):
     for res in lines:
         assert res["nfail"] == 0, res["failures"]
         assert sorted(res["raised"]) == ["heap", "mpi", "ordinary"]
+        assert res["shapes"][0] > 0 and res["shapes"][1] == 0, res["shapes"]  # alloc forgets them
         for msg in res["raised"].values():
             assert "count differs (rank 0: 24, rank 1: 12)" in msg and "#600" in msg, msg
 
@@ -250,3 +252,91 @@ def test_large_tensors_get_one_view_that_keeps_nothing_alive():
         return len(flats), ref() is None
 
     assert simulate(2, fn) == [(1, True), (1, True)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("n", [24, BIG])
+def test_fresh_views_take_the_plan_of_arrays_just_like_them(world, n):
+    """A new view x[:] (or reshape) of the same buffers on every call runs the plan its
+    first call made (found by address, shape, dtype and flags, not by object), with
+    results exact; another address, shape, dtype, or a read-only out, plans anew."""
+    def fn(c):
+        r = c.rank + 1
+        x = np.arange(n * world, dtype=np.float32) * r
+        out = np.empty(n * world, np.float32)
+        piece = np.full(n, float(r), np.float32)
+        gathered = np.empty(n * world, np.float32)
+        seg = np.empty(n, np.float32)
+        buf = np.zeros(n, np.float32)
+        seen, got = {}, []
+        for step in range(4):
+            x[:] = np.arange(n * world) * r * (step + 1)
+            got.append(c.all_reduce(x[:], out=out[:]).copy())
+            seen.setdefault("ar", set()).add(id(c.last))
+            got.append(c.reduce_scatter(x.reshape(world, n), out=seg[:]).copy())
+            seen.setdefault("rs", set()).add(id(c.last))
+            got.append(c.all_gather(piece[:], out=gathered[:]).copy())
+            seen.setdefault("ag", set()).add(id(c.last))
+            if c.rank == 1:
+                buf[:] = step + 1
+            got.append(c.broadcast(buf[:], root=1, out=buf[:]).copy())
+            seen.setdefault("bc", set()).add(id(c.last))
+        first = id(c.last)
+        other = c.all_reduce(x[1:], out=out[1:]).copy()  # another address and size: its own plan
+        assert id(c.last) != first
+        half = c.all_reduce(x.view(np.int32)[:2], out=out.view(np.int32)[:2], op="max").copy()
+        ro = out[:]
+        ro.flags.writeable = False
+        try:
+            c.all_reduce(x[:], out=ro)
+            refused = None
+        except ValueError as e:
+            refused = str(e)
+        c.all_reduce(x[:1], out=out[:1])  # every rank makes one call in place of the refused one
+        return seen, got, other, half, refused
+
+    s = sum(range(1, world + 1))
+    for seen, got, other, half, refused in simulate(world, fn):
+        assert all(len(ids) == 1 for ids in seen.values()), seen
+        for step in range(4):
+            full = np.arange(n * world, dtype=np.float32) * s * (step + 1)
+            ar, rs, ag, bc = got[4 * step:4 * step + 4]
+            np.testing.assert_array_equal(ar, full)
+            assert rs.size == n
+            np.testing.assert_array_equal(ag, np.repeat(np.arange(1, world + 1, dtype=np.float32), n))
+            np.testing.assert_array_equal(bc, np.full(n, step + 1, np.float32))
+        np.testing.assert_array_equal(other, np.arange(1, n * world, dtype=np.float32) * s * 4)
+        want = np.max([(np.arange(n * world, dtype=np.float32) * (q + 1) * 4).view(np.int32)[:2]
+                       for q in range(world)], axis=0)
+        np.testing.assert_array_equal(half, want)
+        assert refused is not None and "read-only" in refused
+
+
+def test_a_plan_found_by_its_arrays_serves_new_arrays_where_old_ones_were():
+    """Arrays made anew each call (the allocator often hands the same address back) and
+    in-place calls through a second view of the same memory: exact every time; the
+    arrays' entries keep no large array alive (tests/mpi/plan_check.py: alloc empties them)."""
+    def fn(c):
+        r = c.rank + 1
+        got = []
+        for step in range(6):
+            a = np.full(BIG, float(r * (step + 1)), np.float32)
+            o = np.empty(BIG, np.float32)
+            got.append(c.all_reduce(a, out=o)[:3].copy())
+            del a, o
+            y = np.full(40, float(r + step), np.float64)
+            c.all_reduce(y, out=y)  # in place, the same object
+            got.append(y[:2].copy())
+            c.all_reduce(y[:], out=y[:])  # in place, two views of the same memory
+            got.append(y[:2].copy())
+        gc.collect()
+        held = [p.xa.obj for p in c.shapes.values() if p.xa is not None and p.xa.flat.nbytes > SMALL_BYTES]
+        return got, len(c.shapes), held
+
+    for got, shapes, held in simulate(2, fn):
+        for step in range(6):
+            np.testing.assert_array_equal(got[3 * step], np.full(3, 3 * (step + 1), np.float32))
+            once = 2 * step + 3
+            np.testing.assert_array_equal(got[3 * step + 1], np.full(2, once, np.float64))
+            np.testing.assert_array_equal(got[3 * step + 2], np.full(2, 2 * once, np.float64))
+        assert 0 < shapes <= MAX_PLANS and held == []

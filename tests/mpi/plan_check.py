@@ -62,4 +62,19 @@ plain.close()
 mpi = Communicator(algorithm="mpi", timeout=30)
 run("mpi", mpi, lambda k: np.zeros(k, np.float32))
 mpi.close()
-print(json.dumps({"rank": rank, "nfail": len(failures), "failures": failures[:10], "raised": raised}), flush=True)
+# plans found by their arrays (plan_cache.shape_key): alloc forgets them, and the heap's arrays plan anew
+fresh = Communicator(timeout=30)
+x, o = np.full(64, rank + 1.0, np.float32), np.empty(64, np.float32)
+for _ in range(3):
+    fresh.all_reduce(x[:], out=o[:])
+check("fresh views", o, np.full(64, 3.0, np.float32))
+shapes = [len(fresh.shapes)]
+h = fresh.alloc((64,), np.float32)
+shapes.append(len(fresh.shapes))
+h[:] = rank + 2.0
+for _ in range(3):
+    fresh.all_reduce(h[:], out=o[:])
+check("fresh views of a heap array", o, np.full(64, 5.0, np.float32))
+fresh.close()
+print(json.dumps({"rank": rank, "nfail": len(failures), "failures": failures[:10], "raised": raised,
+                  "shapes": shapes}), flush=True)

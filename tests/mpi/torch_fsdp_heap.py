@@ -35,7 +35,7 @@ STEPS = 6
 def train(heap: bool, group, rank: int):
     """(weights after every step, heap windows the pool had made after the first step)."""
     torch.manual_seed(0)
-    # every layer's buffer above plan.SMALL_BYTES (64 KiB), which plans would keep alive
+    # every layer's buffer above plan_cache.SMALL_BYTES (64 KiB), which plans would keep alive
     model = nn.Sequential(nn.Linear(72, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 72))
     mesh = DeviceMesh.from_group(group, "cpu")
     parts = [fully_shard(m, mesh=mesh) for m in model if any(True for _ in m.parameters())]
