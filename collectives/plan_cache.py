@@ -32,13 +32,14 @@ arrays (cupy, CUDA torch) and explicit ``counts`` always take the full path.
 
 Memory: a plan keeps arrays of up to SMALL_BYTES (and heap arrays, which the
 heap maps until close anyway) alive through its adapted views, at most
-MAX_PLANS plans. Larger arrays are held by weak reference only: a numpy
+MAX_PLANS plans under each of the two keys. Larger arrays are held by weak reference only: a numpy
 array is its own view; a CPU tensor's plan keeps a view of its memory that
 does not own it, handed back while the tensor lives at the same address (a
 view made anew per call missed the direct path's cache of bound views: +17 us
 a 256 KiB all-gather through torch, measured on two ranks); and their plan
-leaves the cache as soon as either array dies, so a caller cycling through
-fresh large buffers keeps none of them alive. Ids cannot be confused: a plan's
+leaves the id key as soon as either array dies (under the arrays' key it
+stays, holding none of them), so a caller cycling through fresh large buffers
+keeps none of them alive. Ids cannot be confused: a plan's
 arrays are alive while its entry exists (held, or the weak reference's
 callback removes the entry as the array dies, before its id can be reused),
 and a hit also compares identities.
@@ -78,8 +79,10 @@ def lookup(comm, key, x, out, arg):
 
 
 def shape_key(tag: str, x, out, arg):
-    """What a plan decided from, for numpy arrays: (collective, op or root, and x's and
-    out's address, shape, dtype and flags, whether out is x); None for anything else."""
+    """What a plan decided from, for numpy arrays: (collective, op or root, x's and out's
+    address, shape, dtype and flags, whether out is x); None for anything else (CPU tensors
+    take the id key only: with them, FSDP2's heap buffers at four ranks ran different roads
+    on different ranks, which tests/mpi/torch_fsdp_heap.py catches)."""
     if type(x) is not np.ndarray:
         return None
     xk = (x.__array_interface__["data"][0], x.shape, x.dtype, x.flags.num | _OWNDATA)
@@ -118,24 +121,20 @@ class Plan:
             return None
         if self.oref is not None and not _unchanged(out, self.oref, self.oshape, self.odtype, self.osig, self.onp):
             return None  # (oref None: out is None or x)
-        xa, oa = self.xa, self.oa
-        if xa is None:  # held weakly: views made again (the checks passed at the plan's making)
-            xa = _again(x, self.xflat, "x", False)
-            oa = xa if self.in_place and out is x else _again(out, self.oflat, "out", True) \
-                if out is not None else None
-        if self.fresh:
-            oa = xa.kind.empty(xa, self.n)
-        return xa, oa
+        if self.xa is None:  # held weakly: views made again (the checks passed at the plan's making)
+            return self.adopt(x, out)
+        return self.xa, (self.xa.kind.empty(self.xa, self.n) if self.fresh else self.oa)
 
     def adopt(self, x, out) -> tuple[Array, Array | None]:
-        """(x, out) adapted for this plan, numpy arrays found alike by shape_key: the checks
-        they would pass again are the ones the plan's own passed."""
-        xa = Array(x, x if x.ndim == 1 else x.reshape(-1), NUMPY_KERNELS, False, NUMPY)
+        """(x, out) adapted anew for this plan: its own objects when it holds them weakly, or
+        arrays found alike by shape_key (the checks they would pass again are the ones the
+        plan's own passed)."""
+        xa = _again(x, self.xflat, "x", False)
         if self.fresh:
             return xa, xa.kind.empty(xa, self.n)
-        if out is x and self.in_place:
-            return xa, xa
-        return xa, Array(out, out if out.ndim == 1 else out.reshape(-1), NUMPY_KERNELS, False, NUMPY)
+        if out is None:
+            return xa, None
+        return xa, (xa if self.in_place and out is x else _again(out, self.oflat, "out", True))
 
 
 def _unchanged(a, ref, shape, dtype, sig, is_numpy: bool) -> bool:
