@@ -43,6 +43,7 @@
  * Python owner. lane.c runs programs from a call's first Python line.
  */
 #include "fastpath.h"
+#include "lane.h" /* NpArray: numpy's array fields */
 
 #include <errno.h>
 #include <string.h>
@@ -163,7 +164,33 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromLongLong(rc);
 }
 
+/* desc(a) -> (address, shape, dtype, flags | OWNDATA) of an exact numpy array, else None: what
+ * plan_cache.shape_key keys a plan by, read from the array's fields (lane.h's layout, which
+ * plan_cache checks against numpy's own answer for a probe before it uses this). */
+static PyObject *ndarray_type;
+
+static PyObject *desc(PyObject *self, PyObject *a) {
+    if (ndarray_type == NULL || Py_TYPE(a) != (PyTypeObject *)ndarray_type) Py_RETURN_NONE;
+    const NpArray *r = (const NpArray *)a;
+    PyObject *shape = PyTuple_New(r->nd);
+    if (shape == NULL) return NULL;
+    for (int i = 0; i < r->nd; i++) {
+        PyObject *d = PyLong_FromSsize_t(r->dims[i]);
+        if (d == NULL) return Py_DECREF(shape), NULL;
+        PyTuple_SET_ITEM(shape, i, d);
+    }
+    return Py_BuildValue("(LNOi)", (long long)(intptr_t)r->data, shape, r->descr, r->flags | 4);
+}
+
+/* desc_init(numpy.ndarray): the type desc() reads */
+static PyObject *desc_init(PyObject *self, PyObject *t) {
+    Py_XSETREF(ndarray_type, Py_NewRef(t));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"desc", desc, METH_O, "(address, shape, dtype, flags | OWNDATA) of a numpy array, else None."},
+    {"desc_init", desc_init, METH_O, "Set the numpy array type desc() reads."},
     {"pipe", (PyCFunction)(void (*)(void))rz_pipe, METH_FASTCALL, "Run a pipelined all-reduce or all-gather (pipe.c)."},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run a direct-path program (fastpath.c)."},
     {NULL, NULL, 0, NULL},
