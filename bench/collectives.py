@@ -33,6 +33,11 @@ is missing the table says how). Every algorithm gets a paired ratio against
 each of mpi, gloo and deepspeed that runs ("vs mpi", ...; JSON ``ratio_vs_mpi``,
 ``ratio_vs_gloo``, ``ratio_vs_deepspeed``).
 
+``--in-place``: all-reduce with ``out`` as its input and all-gather from the
+rank's own place in ``out``, for every algorithm (``MPI.IN_PLACE`` for raw MPI,
+the output's own slice through torch), as torch's ``dist.all_reduce`` and FSDP2's
+all-gathers call them; the input is copied there before the checked run and each
+round, outside the timing.
 ``--fresh``: every call passes new views ``x[:]`` and ``out[:]`` of the same
 buffers (a torch view for dist.* and DeepSpeed), as code that slices, reshapes or
 reallocates per call hands them over; without it each algorithm reuses its
@@ -106,7 +111,8 @@ from copy_floor import CopyFloor  # noqa: E402  (bench/copy_floor.py)
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 ALGORITHMS = ("ring", "mpi", "mpi-api", "nccl", "p2p", "gloo", "torch", "deepspeed", "copy")
 BASELINES = ("mpi", "gloo", "deepspeed", "copy")  # every other algorithm gets a paired ratio against each one present
-ONLY = {"deepspeed": ("all_reduce",)}  # algorithms that serve some collectives only
+ONLY = {"deepspeed": ("all_reduce",)}
+IN_PLACE_OPS = ("all_reduce", "all_gather")  # what --in-place changes (a broadcast is always in place)  # algorithms that serve some collectives only
 SENTINEL = 127  # never a right answer everywhere: the inputs are in [-8, 8] and vary by element
 
 
@@ -139,9 +145,10 @@ class Case:
     size measured up to 30% slower (two-rank all-gather at 16 MiB, in every
     order tried), which is the allocator's doing, not the algorithm's."""
 
-    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False):
+    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False, in_place=False):
         n, r = comm.size, comm.rank
         self.fresh = fresh
+        self.in_place = in_place and op in IN_PLACE_OPS
         item = np.dtype(dtype).itemsize
         self.count = count = max(nbytes // item, 0)
         if op in ("reduce_scatter", "all_gather"):
@@ -150,6 +157,7 @@ class Case:
         self.nbytes = count * item
         self.comm, self.op, self.redop = comm, op, redop
         piece = count // n
+        self.own = slice(r * piece, (r + 1) * piece)  # an in-place all-gather's input: its own place in out
         self.xp = xp
         if like is not None:
             self.x, self.out, self.expect = like.x, like.out, like.expect
@@ -186,6 +194,8 @@ class Case:
 
     def caller(self, fresh: bool):
         c, op, x, out, redop = self.comm, self.op, self.x, self.out, self.redop
+        if self.in_place:  # the input is out itself (all-reduce) or its own place in out (all-gather)
+            x = out if op == "all_reduce" else out[self.own]
         if op == "all_reduce":
             f = c.all_reduce
             return (lambda: f(x[:], op=redop, out=out[:])) if fresh else (lambda: f(x, op=redop, out=out))
@@ -200,9 +210,12 @@ class Case:
 
     def prepare(self) -> None:
         """Set up what a timed round starts from (outside the timing): for a broadcast, which
-        every algorithm runs in place on out, the root's data in out."""
-        if self.op == "broadcast" and self.comm.rank == 0:
+        every algorithm runs in place on out, the root's data in out; with --in-place, the
+        input in out (all-reduce) or in its own place there (all-gather)."""
+        if (self.op == "broadcast" and self.comm.rank == 0) or (self.in_place and self.op == "all_reduce"):
             self.out[...] = self.x
+        elif self.in_place:
+            self.out[self.own] = self.x
 
     def run(self):
         self.call()
@@ -238,13 +251,16 @@ class TorchCase(Case):
 
     REDOPS = {"sum": "SUM", "avg": "AVG", "max": "MAX", "min": "MIN", "prod": "PRODUCT"}
 
-    def __init__(self, comm: TorchComm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False):
+    def __init__(self, comm: TorchComm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False,
+                 in_place=False):
         import torch
 
         self.tx = self.tout = None
-        super().__init__(comm, op, redop, dtype, nbytes, xp, like=like, pool=pool, fresh=fresh)
+        super().__init__(comm, op, redop, dtype, nbytes, xp, like=like, pool=pool, fresh=fresh, in_place=in_place)
         self.dist, self.group = comm.dist, comm.group
         self.tx, self.tout = as_tensor(torch, self.x), as_tensor(torch, self.out)
+        if self.in_place and op == "all_gather":  # the input is the output's own slice (FSDP2's form)
+            self.tx = self.tout[self.own]
         self.top = getattr(self.dist.ReduceOp, self.REDOPS[redop])
         d = self.dist  # torch 2.13 names the tensor forms *_single; older torch *_tensor
         self.rs = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
@@ -258,6 +274,8 @@ class TorchCase(Case):
     def prepare(self) -> None:
         if self.op == "all_reduce" or (self.op == "broadcast" and self.comm.rank == 0):
             self.out[...] = self.x
+        elif self.in_place:
+            self.out[self.own] = self.x
 
     def run(self, group=None):
         """One call through torch.distributed, on this case's group (or on ``group``:
@@ -280,7 +298,7 @@ class DeepSpeedCase(Case):
     """DeepSpeed's raw all-reduce, in place on a tensor over ``out`` (bench/peers.py), which
     prepare() fills from ``x`` before the checked run and each timed round, as for torch."""
 
-    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False):
+    def __init__(self, comm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False, in_place=False):
         import torch
 
         Case.__init__(self, comm, op, redop, dtype, nbytes, xp, like=like, pool=pool, fresh=False)
@@ -439,6 +457,9 @@ def main(argv=None) -> int:
     p.add_argument("--fresh", action="store_true",
                    help="pass new views x[:] and out[:] of the buffers on every call (what code that slices or "
                         "reallocates per call hands over), for every algorithm")
+    p.add_argument("--in-place", action="store_true",
+                   help="all-reduce with out as its input, all-gather with the input in its own place in out, "
+                        "for every algorithm (MPI.IN_PLACE for raw MPI), as torch and FSDP2 call them")
     p.add_argument("--breakdown", action="store_true",
                    help="after the sweep: where a small call's time goes (bench/breakdown.py)")
     a = p.parse_args(argv)
@@ -519,7 +540,8 @@ def main(argv=None) -> int:
     algos = [x for x in algos if x not in missing]
     baselines = [b for b in BASELINES if b in algos]
     overhead = "torch" in algos and "ring" in algos
-    say(f"# calls: {'fresh views x[:] and out[:] on every call (--fresh)' if a.fresh else 'the same objects every call'}")
+    say(f"# calls: {'fresh views x[:] and out[:] on every call (--fresh)' if a.fresh else 'the same objects every call'}"
+        + ("; all-reduce and all-gather in place (--in-place)" if a.in_place else ""))
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters"
         + (f" (more for fast calls: about {a.block_ms:g} ms a block, at most {MAX_ITERS})" if a.block_ms > 0 else "")
         + ", algorithms taking turns each round; time = median over rounds of (max over ranks of the mean per"
@@ -553,7 +575,7 @@ def main(argv=None) -> int:
                 first = cases[algos[0]] if cases else None
                 kind = TorchCase if alg in ("gloo", "torch") else DeepSpeedCase if alg == "deepspeed" else Case
                 case = cases[alg] = kind(comms[alg], op, a.redop, dtype, size, xp, like=first, pool=pool,
-                                         fresh=a.fresh)
+                                         fresh=a.fresh, in_place=a.in_place)
                 case.out[...] = SENTINEL  # shared buffers: a result left by the last algorithm must not count
                 case.prepare()
                 c = comms[alg]
@@ -594,7 +616,7 @@ def main(argv=None) -> int:
                            count=case.count, ranks=n, time_us=dt * 1e6, algbw=algbw,
                            busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device,
                            rounds_us=[t * 1e6 for t in times[alg]], iters=iters[alg], buffers=mode, stage=stage,
-                           fresh=a.fresh)
+                           fresh=a.fresh, in_place=a.in_place)
                 if row[alg]["path"] is not None:
                     rec["path"] = row[alg]["path"]
                 if not row[alg]["checked"]:

@@ -51,6 +51,13 @@ class RawMpi:
     def caller(self, case, fresh: bool):
         c, x, out = self.comm, case.x, case.out
         op = case.op
+        if getattr(case, "in_place", False):  # as an mpi4py user writes it: MPI.IN_PLACE
+            if op == "all_reduce":
+                f, mop = c.Allreduce, MPI_OPS[case.redop]
+                return (lambda: f(MPI.IN_PLACE, out[:], op=mop)) if fresh else (lambda: f(MPI.IN_PLACE, out, op=mop))
+            if op == "all_gather":
+                f = c.Allgather
+                return (lambda: f(MPI.IN_PLACE, out[:])) if fresh else (lambda: f(MPI.IN_PLACE, out))
         if op == "all_reduce":
             f, mop = c.Allreduce, MPI_OPS[case.redop]
             return (lambda: f(x[:], out[:], op=mop)) if fresh else (lambda: f(x, out, op=mop))
