@@ -162,7 +162,8 @@ def _p2p(comm, ctx, hdr, road, kind, x, out, counts, op, in_place):
     no receive exists before the verdict."""
     if comm.verify:
         ctx.check = lambda: start_agreement(ctx, hdr)
-    host.run(ctx, Road.RING if road is Road.DEVICE_RING else road, kind, x, out, counts, op, in_place)
+    host.run(ctx, Road.RING if road is Road.DEVICE_RING else road, kind, x, out, counts, op, in_place,
+             comm.tuning.pair_inplace_bytes)
     ctx.checked()  # a road that posted nothing (one rank, zero counts) checks here
 
 

@@ -49,9 +49,10 @@ def test_two_rank_all_reduce_exact(dtype, in_place):
                 assert got.dtype == dt and np.array_equal(got, _want(count, dt, op)), (count, op)
 
 
-def test_in_place_past_the_scratch_bound_takes_the_pipeline(monkeypatch, tmp_path):
-    """In place, a segment larger than the tuning table's pair_inplace_bytes goes through
-    the chunk pipeline (bounded scratch); out of place the same size still goes whole.
+def test_in_place_past_the_scratch_bound_goes_in_blocks(monkeypatch, tmp_path):
+    """In place, a vector whose segments are larger than the tuning table's
+    pair_inplace_bytes goes in blocks whose halves are that size (bounded scratch),
+    each block as the two-rank exchange; out of place the same size still goes whole.
     The bound comes from a tuning file (RINGZERO_TUNING), as bench/tune.py writes them."""
     f = tmp_path / "tuning.json"
     f.write_text('{"values": {"pair_inplace_bytes": 64}}')
@@ -67,8 +68,9 @@ def test_in_place_past_the_scratch_bound_takes_the_pipeline(monkeypatch, tmp_pat
 
     for y, x in simulate(2, fn, **TINY):
         assert np.array_equal(y, _want(count, np.float32, "sum")) and np.array_equal(x, y)
-    # out of place two messages a rank; in place every 16-byte chunk of both segments
-    assert sent == {r: 2 + _chunked(count) for r in range(2)}, sent
+    # out of place two messages a rank; in place two for each of the 32 blocks of 2 x 16 float32
+    # (64-byte halves), and the last 7 elements as one segment: rank 1 sends them, rank 0 their sum
+    assert sent == {r: 2 + 2 * 32 + 1 for r in range(2)}, sent
 
 
 def _count_data_messages(monkeypatch) -> Counter:
@@ -154,12 +156,6 @@ def test_a_traced_two_rank_all_reduce_takes_the_same_road(monkeypatch):
     assert set(tracer.roads().values()) == {"pair"}
     # the all-reduce's 2(n-1)/n of 400 bytes: the peer's half of x out, our reduced half back
     assert {r: t["sent"] for r, t in tracer.totals().items()} == {0: 400, 1: 400}
-
-
-def _chunked(count: int) -> int:
-    """Messages a rank sends in the pipeline's two-rank all-reduce of float32 with
-    16-byte chunks: its peer's segment of x, then its own result, chunk by chunk."""
-    return sum(-(-c // 4) for c in split_counts(count, 2, 16))
 
 
 def test_two_rank_all_gather_uneven_in_place_and_empty():

@@ -9,7 +9,7 @@ posted only after ``ctx.checked()``). ``tag`` and the limits come from ring.py.
 """
 from __future__ import annotations
 
-from .schedule import Range, chunks
+from .schedule import Range, chunks, split_counts
 
 
 def all_gather(ctx, x, own, out, offs, tag: int, limit: int) -> None:
@@ -57,7 +57,8 @@ def _where(ctx, phase, peer, seg, offset, count):
     return dict(phase=phase, step=0, peer=peer, seg=seg, chunk=0, offset=offset, count=count)
 
 
-def all_reduce(ctx, x, out, offs, op: str, in_place: bool, tag: int, gather_tag: int) -> None:
+def all_reduce(ctx, x, out, offs, op: str, in_place: bool, tag: int, gather_tag: int,
+               scratch_bytes: int | None = None) -> None:
     """All-reduce of two ranks, each segment as one message:
     send the peer its segment of x, receive ours, reduce it, send the result back,
     receive the peer's result, with none of the chunk pipeline's per-chunk
@@ -65,7 +66,21 @@ def all_reduce(ctx, x, out, offs, op: str, in_place: bool, tag: int, gather_tag:
     ``out`` and is reduced there (op(x, received), the ring's operand order);
     ``in_place`` (out is x's very memory, whatever the objects), it lands in
     scratch, and the peer's result is received into x only once the peer has
-    taken our send of that very segment."""
+    taken our send of that very segment. In place with segments larger than
+    ``scratch_bytes``, the vector goes in blocks whose halves fit the scratch, each
+    block as above, one after another (both ranks cut the same blocks)."""
+    seg = max(offs[1] - offs[0], offs[2] - offs[1]) * x.itemsize
+    if in_place and scratch_bytes is not None and seg > scratch_bytes:
+        line = max(1, 64 // x.itemsize)  # halves on whole cache lines, as the whole vector's
+        half = max(line, scratch_bytes // x.itemsize // line * line)
+        for lo in range(offs[0], offs[2], 2 * half):
+            a, b = split_counts(min(2 * half, offs[2] - lo), 2, line)
+            _all_reduce(ctx, x, out, (lo, lo + a, lo + a + b), op, True, tag, gather_tag)
+        return
+    _all_reduce(ctx, x, out, offs, op, in_place, tag, gather_tag)
+
+
+def _all_reduce(ctx, x, out, offs, op, in_place, tag, gather_tag) -> None:
     r = ctx.rank
     peer = 1 - r
     mine, theirs = slice(offs[r], offs[r + 1]), slice(offs[peer], offs[peer + 1])

@@ -11,13 +11,17 @@ from . import pair, ring
 from .schedule import offsets
 
 
-def run(ctx, road: Road, kind: str, x, out, counts, op=None, in_place: bool = False) -> None:
+def run(ctx, road: Road, kind: str, x, out, counts, op=None, in_place: bool = False,
+        scratch_bytes: int | None = None) -> None:
     """Run ``kind`` on flat arrays ``x`` and ``out`` by ``road`` (PAIR or RING, or
     DEVICE_RING: the ring over the device transport). ``in_place``: out is x's memory
-    (all-reduce, broadcast) or x is out's own segment (all-gather)."""
+    (all-reduce, broadcast) or x is out's own segment (all-gather). ``scratch_bytes``:
+    the most an in-place two-rank all-reduce receives into scratch at once (the
+    tuning table's pair_inplace_bytes)."""
     if road is Road.PAIR:
         if kind == "all_reduce":
-            return pair.all_reduce(ctx, x, out, offsets(counts), op, in_place, ring.TAG_DATA, ring.TAG_GATHER)
+            return pair.all_reduce(ctx, x, out, offsets(counts), op, in_place, ring.TAG_DATA, ring.TAG_GATHER,
+                                   scratch_bytes)
         if kind == "reduce_scatter":
             return pair.reduce_scatter(ctx, x, out, offsets(counts), op, ring.TAG_DATA)
         if kind == "all_gather":

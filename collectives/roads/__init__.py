@@ -52,7 +52,7 @@ def choose(f: Facts, t, forced: Road | None = None) -> Choice:
 def point_to_point(f: Facts, t) -> Road:
     """PAIR or RING: the road over point-to-point messages for host arrays (also what a
     staged call above its stage limit runs once its headers agree in shared memory)."""
-    return Road.PAIR if f.world == 2 and _pair_fits(f, t) else Road.RING
+    return Road.PAIR if f.world == 2 and _pair_fits(f) else Road.RING
 
 
 def _small(f: Facts, t) -> bool:
@@ -61,11 +61,10 @@ def _small(f: Facts, t) -> bool:
     return f.collective != "broadcast" and f.nbytes <= t.small_bytes // 4
 
 
-def _pair_fits(f: Facts, t) -> bool:
-    if f.collective == "all_gather":
-        return True  # pieces larger than one message are split (host/pair.py)
-    limit = t.pair_inplace_bytes if f.collective == "all_reduce" and f.in_place else MAX_MESSAGE_BYTES
-    return f.piece <= limit
+def _pair_fits(f: Facts) -> bool:
+    if f.collective == "all_gather" or (f.collective == "all_reduce" and f.in_place):
+        return True  # pieces larger than one message are split; in place, blocks through scratch (host/pair.py)
+    return f.piece <= MAX_MESSAGE_BYTES
 
 
 def _direct(f: Facts, t) -> Choice:

@@ -47,8 +47,8 @@ ROWS = (
     Row(Road.SMALL, COLLECTIVES[:3] + ("barrier",), "the data rides in the header exchange (recursive doubling)",
         "all-reduces up to small_bytes, reduce-scatters and all-gathers up to a quarter of it; every barrier "
         "outside the heap", ("small_bytes",)),
-    Row(Road.PAIR, DATA, "two ranks: each segment or piece as one message", "two ranks, host arrays, above SMALL",
-        ("pair_inplace_bytes",)),
+    Row(Road.PAIR, DATA, "two ranks: each segment or piece as one message (in place, blocks through bounded scratch)",
+        "two ranks, host arrays, above SMALL", ("pair_inplace_bytes",)),
     Row(Road.RING, DATA, "the chunked, pipelined ring over point-to-point messages (host/ring.py)",
         "host arrays above SMALL on three or more ranks", ("chunk_bytes",)),
     Row(Road.DEVICE_RING, DATA, "the ring over the device transport (IPC, CUDA-aware MPI or staging)",

@@ -42,7 +42,7 @@ def by_ring(d, ctx, base, kind, x, out, counts, op):
         piece = max(counts) * xf.itemsize
     in_place = run.in_place_memory(xf, of) if kind == "all_reduce" else kind == "all_gather" and np.shares_memory(xf, of)
     road = roads.point_to_point(roads.Facts(kind, of.nbytes, piece, xf.dtype, f, world=n, in_place=in_place), d.tuning)
-    run.run(ctx, road, kind, xf, of, counts, f, in_place)
+    run.run(ctx, road, kind, xf, of, counts, f, in_place, d.tuning.pair_inplace_bytes)
     if op == "avg":
         NUMPY_KERNELS.scale(of, n)
     d.sig.raise_to(base + DONE)

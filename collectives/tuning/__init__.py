@@ -49,8 +49,10 @@ SETTINGS = (
             "all-reduces up to this size ride in the header exchange (reduce-scatters and all-gathers up to a quarter)",
             f"{CPU2} and 4 ranks; {TUNE_FILE} re-measures it"),
     Setting("pair_inplace_bytes", 4 * MiB, None,
-            "two ranks, in place: segments up to this size go as one message into scratch, larger ones by the ring",
-            "bounds the scratch an in-place two-rank all-reduce takes"),
+            "two ranks, in place: segments up to this size go as one message into scratch, larger vectors in "
+            "blocks whose halves are this size",
+            "bounds the scratch an in-place two-rank all-reduce takes; blocks beat the chunked ring there "
+            "(bench/results/2026-12-03-cpu2e-in-place/)"),
     Setting("device_chunk_bytes", 16 * MiB, None, "the ring's chunk for device buffers (chunk_bytes left at default)",
             "one H200, 2 ranks: 64 MiB all-reduce 8967 us at 1 MiB chunks, 1123 us at 16 MiB; "
             "bench/results/2026-11-30-h200-run1/"),

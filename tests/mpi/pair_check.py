@@ -4,7 +4,7 @@ All-reduce in and out of place (also through another object over x's memory)
 and reduce-scatter, every op, a few dtypes, and broadcast, at sizes past the
 staging limit (so a staging communicator hands them to the ring after its
 shared-memory header check) and on a communicator that never stages; in place
-past the tuning table's pair_inplace_bytes (the chunk pipeline). All-gather with pieces past
+past the tuning table's pair_inplace_bytes (in blocks through bounded scratch). All-gather with pieces past
 the staging limit, uneven, empty, in place. Each result is checked against
 numpy and against MPI's own collective, bit for bit, and each case must have
 moved its data on the ring (counted at the transport), with each segment as
@@ -60,7 +60,8 @@ failures, cases, counted = [], 0, 0
 
 def check(label, got, want, base, messages, expect):
     """``expect``: the data messages this rank must have sent (each segment or piece
-    whole), or None for the chunk pipeline (more than the two-rank path's two)."""
+    whole), or None for more than the one-message path's two (in place past the scratch
+    bound: two a block)."""
     global cases, counted
     cases += 1
     if not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
@@ -72,7 +73,7 @@ def check(label, got, want, base, messages, expect):
         counted += 1
     else:
         failures.append(f"{label}: sent {messages} data messages on the ring, expected "
-                        f"{expect if expect is not None else 'the pipeline (more than 2)'}")
+                        f"{expect if expect is not None else 'more than 2 (blocks)'}")
 
 
 def reduce_input(count, r, dt, op):
@@ -169,9 +170,9 @@ for counts in ([piece, piece], [piece + 5, 0], [3, piece]):
         o[lo:lo + counts[rank]] = x0
         sent[0] = 0
         comm.all_gather(o[lo:lo + counts[rank]], out=o, counts=None if even else counts)
-        # in place (x inside out): staged, which is the ring past the stage limit (cma.py offers only
-        # inputs outside out: in place, staging copies as much and needs no wait for readers)
-        check(label + " in place", o, want, base, sent[0], 1 if counts[rank] else 0)
+        # in place (x inside out): read in place too past the stage limit, where staging would
+        # leave for the ring (cma.py's offers)
+        check(label + " in place", o, want, base, sent[0], msgs)
 
 for c in (staging, plain, mpi):
     c.close()
