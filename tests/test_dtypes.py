@@ -182,3 +182,14 @@ def test_fsdp2_heap_comm_buffers_train_the_same_weights(mpi, n, args):
     proc = mpi(n, "torch_fsdp_heap.py", *args, timeout=240)
     oks = _ok_lines(proc, n)
     assert all("all in the first step" in line for line in oks), oks
+
+
+def test_heap_pool_agrees_when_one_rank_keeps_a_tensor_longer(mpi):
+    """A rank whose tensor from the FSDP2 heap pool lives longer than its peer's: both make
+    a window (agreed), none waits for the other; tests/mpi/heap_pool_check.py."""
+    proc = mpi(2, "heap_pool_check.py", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in res) == [0, 1], proc.stdout[-3000:]
+    for r in res:
+        assert r["failures"] == [] and (r["made"], r["hits"]) == (2, 1), r

@@ -12,11 +12,15 @@ goes back to a free list by size when the tensor object handed out for it
 dies (``weakref.finalize``; torch keeps a tensor object alive while views of
 it live, while numpy views of its memory, which the library's caches keep,
 hold only the storage), and the next request of that size takes it without
-any communication. Only a request no free block fits makes a window. That
-is collective-safe because FSDP2 asks in the same order with the same sizes
-on every rank and drops its buffers at the same points of that order, its
-collectives blocking (FSDP2's default), so every rank finds a free block or
-none does. (The progress thread keeps no task past its collective: work.py.)
+a window. FSDP2 asks in the same order with the same sizes on every rank,
+but when a block comes back depends on when the tensor object handed out for
+it dies, and one rank may hold a reference a few calls longer than the others
+(its own code, a cache, the garbage collector's timing). So the ranks agree
+on every request whether each has a free block of that size (a one-integer
+all-reduce, MIN): if any has none, every rank makes a window and a free block
+stays free, so a window is never made on some ranks only, which would leave
+them waiting for the others until the deadline. (The progress thread keeps no
+task past its collective: work.py.)
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ class HeapPool:
         self.comm = comm
         self._free: dict[int, list[np.ndarray]] = {}
         self._lock = threading.Lock()
+        self._have = np.zeros(1, np.int32)  # the agreement's one integer (the same array: a plan hit)
         self.made = self.hits = 0
 
     def tensor(self, numel: int, dtype) -> torch.Tensor:
@@ -57,7 +62,11 @@ class HeapPool:
         with self._lock:
             blocks = self._free.get(nbytes)
             block = blocks.pop() if blocks else None
-        if block is None:
+        self._have[0] = block is not None
+        self.comm.all_reduce(self._have, op="min", out=self._have)  # does every rank have one?
+        if not self._have[0]:
+            if block is not None:  # a peer has none: ours stays free for a later request
+                self._release(nbytes, block)
             block = self.comm.alloc((nbytes,), np.uint8)  # a new window: every rank makes one here
             self.made += 1
         else:
