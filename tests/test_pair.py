@@ -14,7 +14,6 @@ import pytest
 
 from collectives import simulate
 from collectives.host import ring
-from collectives.host.schedule import split_counts
 from collectives.transport.inproc import InProcTransport
 from conftest import run_mpi
 from inputs import data

@@ -92,8 +92,8 @@ def offers(d, kind: str, x, out, xloc, piece: int) -> bool:
     staged call would leave for point-to-point messages (the staged-ring): below that,
     staging copies the piece once as reading does and needs no wait for readers (4.6-5.4x
     raw MPI's in-place all-gather at 16 KiB of out, 2.1x at 1 MiB, against 1.1-1.3x and
-    1.04-1.06x offered), above it reading in place is 1.00-1.08x MPI at 4-64 MiB where the
-    ring's messages were 0.81-0.97x (bench/results/2026-12-03-cpu2e-in-place/)."""
+    1.04-1.06x offered), above it reading in place is 0.99-1.05x MPI at 4-64 MiB where the
+    ring's messages were 0.82-0.92x (bench/results/2026-12-03-cpu2e-in-place/tables.md)."""
     if xloc is not None or d.pids is None or piece < d.tuning.cma_min_bytes:
         return False
     if kind == "broadcast":
