@@ -84,5 +84,8 @@ def test_torch_heap_bench_checks_and_reports(tmp_path):
     for r in rows:
         heap, ordinary, gloo = (float(v) for v in r[1:4])
         assert min(heap, ordinary, gloo) > 0
-        assert abs(float(r[5].rstrip("x")) - ordinary / heap) < 0.01 * ordinary / heap + 0.01
+        # the times print to 0.1 us and the ratio to 0.01, from the unrounded times: at ~2 us a
+        # call the printed times alone move the ratio by up to 5%
+        slack = ordinary / heap * (0.05 / ordinary + 0.05 / heap) + 0.005 + 1e-9
+        assert abs(float(r[5].rstrip("x")) - ordinary / heap) <= slack, r
     assert "# wrong values: 0 OK" in p.stdout
