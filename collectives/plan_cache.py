@@ -80,9 +80,12 @@ def lookup(comm, key, x, out, arg):
 
 def shape_key(tag: str, x, out, arg):
     """What a plan decided from, for numpy arrays: (collective, op or root, x's and out's
-    address, shape, dtype and flags, whether out is x); None for anything else (CPU tensors
-    take the id key only: with them, FSDP2's heap buffers at four ranks ran different roads
-    on different ranks, which tests/mpi/torch_fsdp_heap.py catches)."""
+    address, shape, dtype and flags, whether out is x); None for anything else. CPU tensors
+    take the id key only: keyed by their arrays too, one rank kept FSDP2's heap buffer
+    tensors alive a few calls longer than its peers (on the in-place all-gather, whose x
+    starts at out's address), so its heap pool made a window alone and waited for them; the
+    pool agrees now (heap_pool.py), so that would cost every rank a window after the first
+    step instead, which tests/mpi/torch_fsdp_heap.py forbids."""
     xk = _desc(x)
     if xk is None:
         return None
