@@ -137,19 +137,10 @@ class _Torch:
 
     def adapt(self, t, name, writable):
         if type(t) is _TENSOR[0] and t.is_cpu and not t.requires_grad and t.is_contiguous():  # the common case
-            seen = _SEEN.get(id(t))
-            ptr = t.data_ptr()
-            if seen is not None and seen[0] is t and seen[1] == ptr and seen[2] == t.shape and seen[4] is t.dtype:
-                return seen[3]  # the same small tensor again, same memory and shape: its view still holds
             dt = _TORCH_DTYPES.get(t.dtype)
             if dt is not None and dt not in ML_DTYPES:
                 a = t.numpy()  # zero-copy; no detach() needed without autograd, no dtype detour
-                arr = Array(t, a if a.ndim == 1 else a.reshape(-1), NUMPY_KERNELS, False, self)
-                if a.nbytes <= _SEEN_MAX_BYTES:
-                    if len(_SEEN) >= _SEEN_ENTRIES:
-                        _SEEN.clear()
-                    _SEEN[id(t)] = (t, ptr, t.shape, arr, t.dtype)
-                return arr
+                return Array(t, a if a.ndim == 1 else a.reshape(-1), NUMPY_KERNELS, False, self)
         import torch
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (got strides {tuple(t.stride())}); pass .contiguous() "
@@ -180,9 +171,6 @@ _TORCH_DTYPES: dict = {}
 # all-reduces the same tensor skips t.numpy() (~1 us of a ~10 us call). The entry holds the
 # tensor, so its id cannot be reused while cached; pointer, shape and dtype catch set_(),
 # resize_() and ``t.data = ...``; only small tensors, so what it keeps alive stays small.
-_SEEN: dict = {}
-_SEEN_ENTRIES = 8
-_SEEN_MAX_BYTES = 64 * 1024
 _TENSOR = [None]  # torch.Tensor, once a tensor has been adapted (torch stays unimported till then)
 
 

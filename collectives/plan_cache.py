@@ -8,9 +8,10 @@ same objects, unchanged: a loop over the same gradient buckets, ZeRO's flat
 buffers, a benchmark. So ``Communicator`` keeps a :class:`Plan` per
 (collective, id(x), id(out), op or root), and a repeated call only checks that
 the objects are the plan's own and that nothing its checks depended on changed
-in place (a hit, below). Nor does any of it change for a new numpy array that
-lies where the last one lay, with its shape, dtype and flags: the fresh view
-``x[:]``, ``x.reshape(...)`` or buffer that real code hands over on every call.
+in place (a hit, below). Nor does any of it change for a new numpy array or CPU
+tensor that lies where the last one lay, with its shape, dtype and flags: the
+fresh view ``x[:]``, ``x.reshape(...)`` or buffer that real code hands over on
+every call (FSDP2's new buffers, a trainer's ``t[:]``).
 So the same plan is also kept under the arrays' description (:func:`shape_key`:
 address, shape, dtype and flags of x and out, and whether out is x), and a call
 whose objects miss the first key takes it from there with new adapted views
@@ -30,9 +31,9 @@ Anything else takes the full path, which makes a new plan. The header
 agreement, the deadline and tracing run on every call either way; device
 arrays (cupy, CUDA torch) and explicit ``counts`` always take the full path.
 
-Memory: a plan keeps arrays of up to SMALL_BYTES (and heap arrays, which the
+Memory: a plan keeps numpy arrays of up to SMALL_BYTES (and heap arrays, which the
 heap maps until close anyway) alive through its adapted views, at most
-MAX_PLANS plans under each of the two keys. Larger arrays are held by weak reference only: a numpy
+MAX_PLANS plans under each of the two keys. Tensors and larger arrays are held by weak reference only: a numpy
 array is its own view; a CPU tensor's plan keeps a view of its memory that
 does not own it, handed back while the tensor lives at the same address (a
 view made anew per call missed the direct path's cache of bound views: +17 us
@@ -51,7 +52,7 @@ import weakref
 
 import numpy as np
 
-from .arrays import NUMPY, Array, adapt
+from .arrays import _TENSOR, NUMPY, Array, adapt
 from .dispatch import IN_C, route
 from .fast.codes import C, has_c
 from .kernels import NUMPY_KERNELS
@@ -79,20 +80,30 @@ def lookup(comm, key, x, out, arg):
 
 
 def shape_key(tag: str, x, out, arg):
-    """What a plan decided from, for numpy arrays: (collective, op or root, x's and out's
-    address, shape, dtype and flags, whether out is x); None for anything else. CPU tensors
-    take the id key only: keyed by their arrays too, one rank kept FSDP2's heap buffer
-    tensors alive a few calls longer than its peers (on the in-place all-gather, whose x
-    starts at out's address), so its heap pool made a window alone and waited for them; the
-    pool agrees now (heap_pool.py), so that would cost every rank a window after the first
-    step instead, which tests/mpi/torch_fsdp_heap.py forbids."""
+    """What a plan decided from, for numpy arrays and CPU torch tensors: (collective, op or
+    root, x's and out's address, shape, dtype and flags (numpy) or -1 (a contiguous tensor
+    that needs no grad), whether out is x); None for anything else. A tensor's plan holds
+    none of its tensors (``_held``): one held by a plan stays alive, and a heap pool's
+    block with it (FSDP2's buffers, heap_pool.py), longer on one rank than on its peers."""
     xk = _desc(x)
     if xk is None:
-        return None
+        xk = _tensor_desc(x)
+        if xk is None:
+            return None
     if out is None or out is x:
         return tag, arg, xk, out is x
     ok = _desc(out)
+    if ok is None:
+        ok = _tensor_desc(out)
     return None if ok is None else (tag, arg, xk, ok)
+
+
+def _tensor_desc(t):
+    """(data pointer, shape, dtype, -1) of a contiguous CPU torch tensor that needs no grad
+    (what arrays.adapt checked of it), else None."""
+    if type(t) is not _TENSOR[0] or not t.is_cpu or t.requires_grad or not t.is_contiguous():
+        return None
+    return t.data_ptr(), t.shape, t.dtype, -1
 
 
 def _py_desc(a):
@@ -206,11 +217,15 @@ def _sig(a):
 
 
 def _held(comm, a: Array) -> bool:
-    """Whether a plan may keep ``a`` alive: small, or in the symmetric heap."""
+    """Whether a plan may keep ``a`` alive: a numpy array, small or in the symmetric heap.
+    Never a tensor: what frees a tensor's memory is its owner's (a heap pool takes a block
+    back when its tensor dies), so a plan keeps only a view that does not own it."""
+    if type(a.obj) is not np.ndarray:
+        return False
     if a.flat.nbytes <= SMALL_BYTES:
         return True
     sym = comm.symmetric
-    return sym is not None and type(a.obj) is np.ndarray and sym.heap.locate(a.obj) is not None
+    return sym is not None and sym.heap.locate(a.obj) is not None
 
 
 def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: bool, hdr: list,

@@ -203,7 +203,7 @@ def test_torch_tensors_reuse_plans_and_see_changes():
         got.append(c.all_reduce(t, out=o).clone())
         s = torch.full((7,), 1.0 * r)
         c.all_reduce(s, out=s)
-        s.set_(torch.full((7,), 10.0 * r))  # a small one, held by its plan
+        s.set_(torch.full((7,), 10.0 * r))  # a small one: new memory under the same object
         got.append(c.all_reduce(s, out=s).clone())
         return got
 
@@ -310,6 +310,71 @@ def test_fresh_views_take_the_plan_of_arrays_just_like_them(world, n):
                        for q in range(world)], axis=0)
         np.testing.assert_array_equal(half, want)
         assert refused is not None and "read-only" in refused
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("n", [24, BIG])
+def test_fresh_tensor_views_take_the_plan_of_tensors_just_like_them(world, n):
+    """CPU tensors as trainers pass them: a new view t[:] of the same memory on every call,
+    and tensors made anew, run the plan the first call made (exact results); another
+    address plans anew, a tensor that needs grad takes the full path; and no plan keeps a
+    tensor alive, small or large (a heap pool takes a block back when its tensor dies)."""
+    torch = pytest.importorskip("torch")
+
+    def fn(c):
+        r = c.rank + 1
+        x = torch.arange(n * world, dtype=torch.float32) * r
+        out = torch.empty(n * world)
+        piece = torch.full((n,), float(r))
+        gathered = torch.empty(n * world)
+        seg = torch.empty(n)
+        buf = torch.zeros(n, dtype=torch.bfloat16)
+        seen, got = {}, []
+        for step in range(4):
+            x.copy_(torch.arange(n * world) * r * (step + 1))
+            got.append(c.all_reduce(x[:], out=out[:]).clone())
+            seen.setdefault("ar", []).append(id(c.last))
+            got.append(c.reduce_scatter(x.view(world, n), out=seg[:]).clone())
+            seen.setdefault("rs", []).append(id(c.last))
+            got.append(c.all_gather(piece[:], out=gathered[:]).clone())
+            seen.setdefault("ag", []).append(id(c.last))
+            if c.rank == 1:
+                buf.fill_(step + 1)
+            got.append(c.broadcast(buf[:], root=1, out=buf[:]).clone())
+            seen.setdefault("bc", []).append(id(c.last))
+        first = id(c.last)
+        other = c.all_reduce(x[1:], out=out[1:]).clone()  # another address and size: its own plan
+        assert id(c.last) != first
+        g = torch.full((n,), float(r), requires_grad=True)
+        with torch.no_grad():
+            c.all_reduce(g, out=g)
+        graded = g.detach().clone()
+        refs = []
+        for step in range(3):  # tensors made anew, small and large: none outlives its call
+            a = torch.full((n,), float(r * (step + 1)))
+            refs.append(weakref.ref(a))
+            c.all_reduce(a, out=a)
+            got.append(a.clone())
+            del a
+        gc.collect()
+        alive = sum(ref() is not None for ref in refs)
+        return seen, got, other, graded, alive
+
+    s = sum(range(1, world + 1))
+    for seen, got, other, graded, alive in simulate(world, fn):
+        assert all(len(set(ids)) == 1 for ids in seen.values()), seen  # one plan, every call
+        for step in range(4):
+            full = np.arange(n * world, dtype=np.float32) * s * (step + 1)
+            ar, rs, ag, bc = got[4 * step:4 * step + 4]
+            np.testing.assert_array_equal(ar.numpy(), full)
+            assert rs.numel() == n
+            np.testing.assert_array_equal(ag.numpy(), np.repeat(np.arange(1, world + 1, dtype=np.float32), n))
+            np.testing.assert_array_equal(bc.float().numpy(), np.full(n, step + 1, np.float32))
+        np.testing.assert_array_equal(other.numpy(), np.arange(1, n * world, dtype=np.float32) * s * 4)
+        np.testing.assert_array_equal(graded.numpy(), np.full(n, s, np.float32))
+        for step in range(3):
+            np.testing.assert_array_equal(got[16 + step].numpy(), np.full(n, s * (step + 1), np.float32))
+        assert alive == 0
 
 
 def test_a_plan_found_by_its_arrays_serves_new_arrays_where_old_ones_were():
