@@ -43,7 +43,10 @@ buffers (a torch view for dist.* and DeepSpeed), as code that slices, reshapes o
 reallocates per call hands them over; without it each algorithm reuses its
 objects. ``--breakdown``: after the sweep, where the microseconds of a small call
 go (bench/breakdown.py): argument checks, header agreement, data movement, the
-rest of our dispatch, and the torch layer.
+rest of our dispatch, and the torch layer. ``--async-op``: the torch and gloo
+rows call ``async_op=True`` and wait on the work at once, as DDP and FSDP2 do
+(through ringzero that takes the process group's Python methods, not its C++
+calls).
 ``--algorithm gloo`` is torch.distributed's Gloo backend and ``--algorithm
 torch`` our ring called through the ringzero ProcessGroup
 (collectives/torch_backend.py), both on torch views of the same arrays
@@ -252,10 +255,11 @@ class TorchCase(Case):
     REDOPS = {"sum": "SUM", "avg": "AVG", "max": "MAX", "min": "MIN", "prod": "PRODUCT"}
 
     def __init__(self, comm: TorchComm, op, redop, dtype, nbytes, xp, like=None, pool=None, fresh=False,
-                 in_place=False):
+                 in_place=False, async_op=False):
         import torch
 
         self.tx = self.tout = None
+        self.async_op = async_op  # each call async_op=True and waited on, as DDP and FSDP2 call
         super().__init__(comm, op, redop, dtype, nbytes, xp, like=like, pool=pool, fresh=fresh, in_place=in_place)
         self.dist, self.group = comm.dist, comm.group
         self.tx, self.tout = as_tensor(torch, self.x), as_tensor(torch, self.out)
@@ -284,14 +288,17 @@ class TorchCase(Case):
         d, op, g = self.dist, self.op, self.group if group is None else group
         tout = self.tout[:] if self.fresh else self.tout
         tx = (self.tx[:] if self.fresh else self.tx) if op in ("reduce_scatter", "all_gather") else None
+        a = self.async_op
         if op == "all_reduce":  # (in place: only the output is passed, so only it is made new)
-            d.all_reduce(tout, op=self.top, group=g)
+            w = d.all_reduce(tout, op=self.top, group=g, async_op=a)
         elif op == "reduce_scatter":
-            self.rs(tout, tx, op=self.top, group=g)
+            w = self.rs(tout, tx, op=self.top, group=g, async_op=a)
         elif op == "all_gather":
-            self.ag(tout, tx, group=g)
+            w = self.ag(tout, tx, group=g, async_op=a)
         else:
-            d.broadcast(tout, src=0 if group is not None else self.src, group=g)
+            w = d.broadcast(tout, src=0 if group is not None else self.src, group=g, async_op=a)
+        if w is not None:  # (the no-op group returns no work)
+            w.wait()
 
 
 class DeepSpeedCase(Case):
@@ -462,6 +469,9 @@ def main(argv=None) -> int:
                         "for every algorithm (MPI.IN_PLACE for raw MPI), as torch and FSDP2 call them")
     p.add_argument("--breakdown", action="store_true",
                    help="after the sweep: where a small call's time goes (bench/breakdown.py)")
+    p.add_argument("--async-op", action="store_true",
+                   help="torch and gloo rows: every dist.* call with async_op=True, waited on at once (DDP's and "
+                        "FSDP2's form, which takes the process group's Python methods)")
     a = p.parse_args(argv)
 
     world = MPI.COMM_WORLD
@@ -476,6 +486,8 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown --algorithm {','.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
     torch_algos = [x for x in algos if x in ("gloo", "torch")]
+    if a.async_op and not torch_algos:
+        p.error("--async-op applies to the torch.distributed rows: add --algorithm torch or gloo")
     if torch_algos and a.device != "cpu":
         p.error(f"--algorithm {','.join(torch_algos)} runs on host arrays only here: use --device cpu")
     if "gloo" in algos and a.redop == "avg":
@@ -541,7 +553,8 @@ def main(argv=None) -> int:
     baselines = [b for b in BASELINES if b in algos]
     overhead = "torch" in algos and "ring" in algos
     say(f"# calls: {'fresh views x[:] and out[:] on every call (--fresh)' if a.fresh else 'the same objects every call'}"
-        + ("; all-reduce and all-gather in place (--in-place)" if a.in_place else ""))
+        + ("; all-reduce and all-gather in place (--in-place)" if a.in_place else "")
+        + ("; dist.* calls async_op=True, each waited on (--async-op)" if a.async_op else ""))
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters"
         + (f" (more for fast calls: about {a.block_ms:g} ms a block, at most {MAX_ITERS})" if a.block_ms > 0 else "")
         + ", algorithms taking turns each round; time = median over rounds of (max over ranks of the mean per"
@@ -574,8 +587,9 @@ def main(argv=None) -> int:
             for alg in algos:
                 first = cases[algos[0]] if cases else None
                 kind = TorchCase if alg in ("gloo", "torch") else DeepSpeedCase if alg == "deepspeed" else Case
+                more = dict(async_op=a.async_op) if kind is TorchCase else {}
                 case = cases[alg] = kind(comms[alg], op, a.redop, dtype, size, xp, like=first, pool=pool,
-                                         fresh=a.fresh, in_place=a.in_place)
+                                         fresh=a.fresh, in_place=a.in_place, **more)
                 case.out[...] = SENTINEL  # shared buffers: a result left by the last algorithm must not count
                 case.prepare()
                 c = comms[alg]
@@ -617,6 +631,8 @@ def main(argv=None) -> int:
                            busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device,
                            rounds_us=[t * 1e6 for t in times[alg]], iters=iters[alg], buffers=mode, stage=stage,
                            fresh=a.fresh, in_place=a.in_place)
+                if alg in ("gloo", "torch"):
+                    rec["async_op"] = a.async_op
                 if row[alg]["path"] is not None:
                     rec["path"] = row[alg]["path"]
                 if not row[alg]["checked"]:
