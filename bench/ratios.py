@@ -5,7 +5,8 @@
 One row per size, one column per collective: the algorithm's "vs" ratio (the
 median of round-by-round paired ratios, > 1 is faster), or with ``--times`` its
 time and the baseline's in microseconds. Given several launches' files, each
-cell is the median of their ratios with the lowest launch in brackets.
+cell is the median of their ratios with the lowest launch in brackets (with
+``--times``, the medians of the algorithm's time and of the baseline's).
 ``--breakdown`` prints the per-call split of a --breakdown run instead.
 """
 from __future__ import annotations
@@ -38,6 +39,10 @@ def launches(runs, alg: str, vs: str, times: bool = False) -> str:
             got = [r for rs in rows for r in rs if r["op"] == op and r["bytes"] == s and f"ratio_vs_{vs}" in r]
             if not got:
                 cells.append("-")
+            elif len(runs) > 1 and times:  # medians over launches: our time / the baseline's
+                mine = statistics.median(r["time_us"] for r in got)
+                base = statistics.median(statistics.median(r[f"{vs}_rounds_us"]) for r in got)
+                cells.append(f"{mine:.1f} / {base:.1f} us")
             elif len(runs) > 1:
                 v = sorted(r[f"ratio_vs_{vs}"] for r in got)
                 cells.append(f"{statistics.median(v):.2f} ({v[0]:.2f})")

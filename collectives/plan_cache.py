@@ -100,8 +100,9 @@ def shape_key(tag: str, x, out, arg):
 
 def _tensor_desc(t):
     """(data pointer, shape, dtype, -1) of a contiguous CPU torch tensor that needs no grad
-    (what arrays.adapt checked of it), else None."""
-    if type(t) is not _TENSOR[0] or not t.is_cpu or t.requires_grad or not t.is_contiguous():
+    and has no lazy conjugate or negative bit (what arrays.adapt checked or refuses), else None."""
+    if type(t) is not _TENSOR[0] or not t.is_cpu or t.requires_grad or not t.is_contiguous() or t.is_conj() \
+            or t.is_neg():
         return None
     return t.data_ptr(), t.shape, t.dtype, -1
 

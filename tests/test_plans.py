@@ -358,10 +358,17 @@ def test_fresh_tensor_views_take_the_plan_of_tensors_just_like_them(world, n):
             del a
         gc.collect()
         alive = sum(ref() is not None for ref in refs)
-        return seen, got, other, graded, alive
+        z = torch.ones(n, dtype=torch.complex64)
+        c.all_reduce(z[:], out=z[:])
+        try:  # a lazy conjugate at the same address is no tensor like z: refused, as on a first call
+            c.all_reduce(z.conj(), out=z.conj())
+            conj = None
+        except RuntimeError as e:
+            conj = str(e)
+        return seen, got, other, graded, alive, conj
 
     s = sum(range(1, world + 1))
-    for seen, got, other, graded, alive in simulate(world, fn):
+    for seen, got, other, graded, alive, conj in simulate(world, fn):
         assert all(len(set(ids)) == 1 for ids in seen.values()), seen  # one plan, every call
         for step in range(4):
             full = np.arange(n * world, dtype=np.float32) * s * (step + 1)
@@ -375,6 +382,7 @@ def test_fresh_tensor_views_take_the_plan_of_tensors_just_like_them(world, n):
         for step in range(3):
             np.testing.assert_array_equal(got[16 + step].numpy(), np.full(n, s * (step + 1), np.float32))
         assert alive == 0
+        assert conj is not None and "conjugate" in conj, conj
 
 
 def test_a_plan_found_by_its_arrays_serves_new_arrays_where_old_ones_were():
