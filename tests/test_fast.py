@@ -161,3 +161,18 @@ def test_pushed_all_gathers_and_all_reduces_match_numpy(n):
         # in C: every call but each plan's first (all-gather: 2 x 3 cases; all-reduce: heap and in place,
         # twice; private outs pull, in Python, where a rank's in-place heap all-reduce reduces aside)
         assert r["runs"] >= 2 * 3 * (REPEAT - 1), r
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_async_calls_run_their_programs_and_time_out_inside_them(n):
+    """Async calls waited on at once and queued four deep (the progress thread runs those):
+    exact every time, and each plan's later calls ran as its C program, as blocking ones do;
+    an async call whose peer never comes raises CollectiveTimeout naming it, within the
+    communicator's deadline, from inside the program's wait."""
+    res = _run(n, "async")
+    for r in res:
+        assert r["nfail"] == 0, r["failures"]
+        assert r["cases"] == 168 and r["runs"] > r["cases"] // 2, r
+        assert r["runs_before"] == 19, r  # the 19 calls after the plan's first
+    for r in res[:-1]:
+        assert f"rank {n - 1} never signalled 'header posted'" in r["timeout"] and r["seconds"] < 5, r

@@ -10,6 +10,8 @@
                          check and the Python path finishes the call
   fast_check.py push     all-gathers and all-reduces whose owners write into every
                          out (heap inputs and outs), even and uneven, in place
+  fast_check.py async    async calls, waited on at once and queued, their later calls as
+                         C programs, exact; an absent peer times out an async program
   fast_check.py faults   after many C calls: a mismatched call raises
                          MismatchError on every rank; an absent peer raises
                          CollectiveTimeout naming it
@@ -262,6 +264,53 @@ def push():
     comm.close()
 
 
-{"grid": grid, "changed": changed, "faults": faults, "cma": cma, "push": push}[mode]()
+def asynchronous():
+    """Async calls on heap and ordinary arrays, each plan's later calls as its C program: waited on
+    at once (run on the waiting thread) and four queued before the first wait (the progress
+    thread runs them), exact every time; then an async call whose peer never comes times out
+    naming it, from inside the program's wait."""
+    comm = Communicator(timeout=60)
+    hx, ho = comm.alloc((4096 * n,), np.float32), comm.alloc((4096 * n,), np.float32)
+    for where in ("heap", "ordinary"):
+        x, out = (hx, ho) if where == "heap" else (np.zeros(4096 * n, np.float32), np.zeros(4096 * n, np.float32))
+        seg, mine = out[:4096], x[:4096]
+        for call in range(3 * REPEAT):
+            xs = inputs(4096 * n, np.float32, "sum", call)
+            x[:] = xs[rank]
+            want = reduce_all(xs, "sum")
+            check(f"async all_reduce {where} #{call}", comm.all_reduce(x, out=out, async_op=True).wait(), want)
+            check(f"async reduce_scatter {where} #{call}", comm.reduce_scatter(x, out=seg, async_op=True).wait(),
+                  want[rank * 4096:(rank + 1) * 4096])
+            got = comm.all_gather(mine, out=out, async_op=True).wait()
+            check(f"async all_gather {where} #{call}", got, np.concatenate([v[:4096] for v in xs]))
+        ys = [np.zeros(256, np.float32) for _ in range(4)]
+        for call in range(3 * REPEAT):
+            for i, y in enumerate(ys):
+                y[:] = rank + i + call
+            works = [comm.all_reduce(y, out=y, async_op=True) for y in ys]  # queued: the thread runs them
+            for i, (w, y) in enumerate(zip(works, ys)):
+                w.wait()
+                check(f"queued async all_reduce {where} #{call}.{i}", y,
+                      np.full(256, sum(q + i + call for q in range(n)), np.float32))
+    extra["runs"] = plan_runs(comm)
+    comm.close()
+    world.Barrier()
+    comm = Communicator(timeout=1.5)
+    x = comm.alloc((256,), np.float32)
+    for _ in range(20):
+        comm.all_reduce(x, out=x, async_op=True).wait()
+    extra["runs_before"] = plan_runs(comm)
+    if rank != n - 1:
+        t = time.monotonic()
+        try:
+            comm.all_reduce(x, out=x, async_op=True).wait()
+            failures.append("absent: no error")
+        except CollectiveTimeout as e:
+            extra["timeout"] = str(e)
+        extra["seconds"] = round(time.monotonic() - t, 2)
+    world.Barrier()  # the absent rank waits here until the others have timed out
+
+
+{"grid": grid, "changed": changed, "faults": faults, "cma": cma, "push": push, "async": asynchronous}[mode]()
 print(json.dumps({"rank": rank, "cases": cases, "failures": failures[:10], "nfail": len(failures), **extra}),
       flush=True)
