@@ -5,7 +5,6 @@ mpirun (tests/mpi/fast_check.py): exact results over repeated calls, peers that
 change arrays, a mismatch and an absent peer after many C calls.
 """
 import json
-import os
 import subprocess
 import sys
 
