@@ -46,7 +46,9 @@ def dispatch(comm, p, xa, oa, async_op: bool):
 
     def task():
         prog = p.program  # read when it runs: the calls before it may have written or dropped it
-        if prog is not None and comm.broken is None and stream is None:
+        if prog is not None and comm.broken is None and stream is None and comm.tracer is None:
+            # (traced, an async call's bytes come from the Python path: a program's replay
+            # recorded half of bench/zero.py's ZeRO volume)
             return prog.run(comm, p, seq, xa, oa)  # an async call's C program, as on the fast lane
         return execute(comm, p, seq, xa, oa, stream)
 
