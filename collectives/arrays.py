@@ -167,10 +167,6 @@ class _Torch:
 
 
 _TORCH_DTYPES: dict = {}
-# The last few small CPU tensors adapted, {id: (tensor, data_ptr, shape, Array, dtype)}: a loop that
-# all-reduces the same tensor skips t.numpy() (~1 us of a ~10 us call). The entry holds the
-# tensor, so its id cannot be reused while cached; pointer, shape and dtype catch set_(),
-# resize_() and ``t.data = ...``; only small tensors, so what it keeps alive stays small.
 _TENSOR = [None]  # torch.Tensor, once a tensor has been adapted (torch stays unimported till then)
 
 

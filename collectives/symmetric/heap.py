@@ -52,6 +52,7 @@ class Heap:
         self.segments = Segments(node, shm_dir)
         self.windows: list[Window | None] = []
         self._roots: dict[int, Window] = {}  # id(the root array, its window view or their buffer) -> window
+        self._keyed: list = []  # the objects _roots is keyed by, alive till close: their ids stay theirs
         self._where: dict[int, tuple] = {}  # id(array) -> (array, window index, byte offset)
         self._scratch: dict[str, Window] = {}
         self._spans: list[tuple[int, Window]] = []  # (address of this rank's segment, window) of alloc's windows
@@ -68,10 +69,12 @@ class Heap:
         count = int(np.prod(shape, dtype=np.int64))
         w = self.window(count * dtype.itemsize)
         root = w.mine[:count * dtype.itemsize].view(dtype)
-        self._roots[id(w.mine)] = w
-        self._roots[id(root)] = w
-        if root.base is not None:
-            self._roots[id(root.base)] = w
+        # keyed by id, so the keys are kept: a root that died would leave its id to some new
+        # array (a torch tensor's .numpy() view), which would then seem to be in this window
+        keys = [w.mine, root] + ([root.base] if root.base is not None else [])
+        for k in keys:
+            self._roots[id(k)] = w
+        self._keyed += keys
         self._spans.append((w.mine.__array_interface__["data"][0], w))
         arr = root.reshape(shape)
         return arr
@@ -108,7 +111,7 @@ class Heap:
             return None
         off = x.__array_interface__["data"][0] - w.mine.__array_interface__["data"][0]
         if not 0 <= off <= w.nbytes - x.nbytes:
-            return None
+            return self._by_address(x)
         if len(self._where) > _MAX_CACHED:
             self._where.clear()
         loc = (w.index, off)
@@ -153,4 +156,5 @@ class Heap:
         self.windows = []
         self._where.clear()
         self._roots.clear()
+        self._keyed.clear()
         self._spans.clear()
