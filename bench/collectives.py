@@ -92,6 +92,7 @@ the ring on them.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import math
@@ -735,10 +736,26 @@ def main(argv=None) -> int:
     for c in comms.values():
         c.close()
     if any(alg in ("gloo", "torch") for alg in algos):
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+        case = first = c = noop = None  # (what holds a group: the cases and comms end inside)
+        end_torch_groups(cases, comms)
     return 1 if total_wrong else 0
+
+
+def end_torch_groups(cases: dict, comms: dict) -> None:
+    """Destroy the torch groups while the last cases' tensors still live. A Gloo worker
+    thread that drops a finished call's tensors after Python began to shut down needs the
+    GIL for them and aborts the process ("terminate called without an active exception"):
+    so nothing here holds a group, the groups go (their destructors join the workers),
+    and only then do the tensors."""
+    import torch.distributed as dist
+
+    keep = [(getattr(c, "tx", None), getattr(c, "tout", None)) for c in cases.values()]
+    cases.clear()
+    comms.clear()
+    _torch_groups.clear()
+    dist.destroy_process_group()
+    gc.collect()
+    del keep
 
 
 if __name__ == "__main__":
