@@ -25,10 +25,16 @@ def on_progress_thread() -> bool:
 class Work:
     """Handle of an async collective. ``wait()`` returns its result, once."""
 
+    __slots__ = ("label", "_engine", "_finished", "_gate", "_result", "_error", "_waited", "_callbacks", "_lock")
+
     def __init__(self, label: str, engine: "Engine | None" = None):
         self.label = label
         self._engine = engine  # the queue it waits in: wait() may run it here (Engine.steal)
-        self._done = threading.Event()
+        # held until the collective finishes: waiters block on it (a bare lock costs a tenth
+        # of a threading.Event, whose Condition is Python: ~2.5 us a Work)
+        self._gate = threading.Lock()
+        self._gate.acquire()
+        self._finished = False
         self._result = None
         self._error: BaseException | None = None
         self._waited = False
@@ -37,10 +43,11 @@ class Work:
 
     def _finish(self, result=None, error: BaseException | None = None) -> None:
         with self._lock:
-            if self._done.is_set():
+            if self._finished:
                 raise RuntimeError(f"{self.label}: completed twice")
             self._result, self._error = result, error
-            self._done.set()
+            self._finished = True
+            self._gate.release()
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             fn(self)
@@ -53,21 +60,30 @@ class Work:
           fn: a callable taking this Work; what it raises propagates to its caller.
         """
         with self._lock:
-            if not self._done.is_set():
+            if not self._finished:
                 self._callbacks.append(fn)
                 return
         fn(self)
 
     def result(self):
         """The finished collective's result, or raise its error; does not count as ``wait()``."""
-        if not self._done.is_set():
+        if not self._finished:
             raise RuntimeError(f"{self.label}: result() before the collective finished")
         if self._error is not None:
             raise self._error
         return self._result
 
     def is_completed(self) -> bool:
-        return self._done.is_set()
+        return self._finished
+
+    def _until_done(self, timeout: float | None = None) -> bool:
+        """Block until the collective finished (at most ``timeout`` seconds); whether it has."""
+        if self._finished:
+            return True
+        if not self._gate.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            return False
+        self._gate.release()  # open for every other waiter
+        return True
 
     def wait(self, timeout: float | None = None):
         """Block until the collective finished; return its result or raise its error.
@@ -79,7 +95,7 @@ class Work:
             raise RuntimeError(f"{self.label}: wait() called twice on the same Work")
         if timeout is None:  # bounded by the collective's own deadline only: may run it here
             self.run_here()
-        if not self._done.wait(timeout):
+        if not self._until_done(timeout):
             raise TimeoutError(f"{self.label}: not complete after {timeout} s")
         self._waited = True
         if self._error is not None:
@@ -91,14 +107,14 @@ class Work:
         line); return its result or raise its error. Unlike ``wait()``, may be
         called any number of times (torch's Work.wait may be)."""
         self.run_here()
-        self._done.wait()
+        self._until_done()
         return self.result()
 
     def run_here(self) -> None:
         """If this collective is next in its queue and the progress thread has not
         picked it up, run it on this (the waiting) thread now: waking the thread
         and being woken by it costs more than a small collective (Engine.steal)."""
-        if self._engine is not None and not self._done.is_set():
+        if self._engine is not None and not self._finished:
             self._engine.steal(self)
 
     def __repr__(self) -> str:
@@ -118,10 +134,11 @@ class Engine:
         self._inline = False  # a blocking call is running on its caller's thread
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._drainers = 0  # threads in drain()
 
     def submit(self, fn, label: str) -> Work:
         work = Work(label, self)
-        with self._cv:
+        with self._lock:  # (the Condition's own lock, taken bare: its Python methods cost ~1 us each)
             if self._closed:
                 raise RuntimeError(f"{self._name}: communicator is closed ({label})")
             self._inflight += 1
@@ -129,7 +146,9 @@ class Engine:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
-            self._cv.notify_all()
+            else:
+                # the thread (one waiter suffices: drain() waits for _inflight to fall, not rise)
+                self._cv.notify_all() if self._drainers else self._cv.notify()
         return work
 
     def enter_inline(self, label: str) -> bool:
@@ -171,7 +190,7 @@ class Engine:
         """Run ``work`` on the calling thread if it heads the queue and nothing is
         running (so call order holds); True when it ran here. Its callbacks run
         here too."""
-        with self._cv:
+        with self._lock:
             if self._inline or not self._queue or self._queue[0][1] is not work \
                     or self._inflight != len(self._queue):  # the progress thread is running one
                 return False
@@ -182,17 +201,22 @@ class Engine:
         except BaseException as e:  # handed to the waiter, as from the thread
             result, error = None, e
         finally:
-            with self._cv:
+            with self._lock:
                 self._inline = False
                 self._inflight -= 1
-                self._cv.notify_all()
+                if self._queue or self._drainers:  # the thread waits for queued work; drain() for none
+                    self._cv.notify_all()
         work._finish(result, error)
         return True
 
     def drain(self) -> None:
         """Wait until everything queued so far has run."""
         with self._cv:
-            self._cv.wait_for(lambda: self._inflight == 0)
+            self._drainers += 1
+            try:
+                self._cv.wait_for(lambda: self._inflight == 0)
+            finally:
+                self._drainers -= 1
 
     def _loop(self) -> None:
         _local.progress = True
@@ -208,9 +232,10 @@ class Engine:
             except BaseException as e:  # handed to the waiter
                 result, error = None, e
             fn = None  # before the waiter wakes: what the task held (the caller's arrays) is not kept here
-            with self._cv:
+            with self._lock:
                 self._inflight -= 1
-                self._cv.notify_all()
+                if self._drainers:
+                    self._cv.notify_all()
             work._finish(result, error)
             work = result = error = None
 
