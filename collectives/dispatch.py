@@ -46,9 +46,7 @@ def dispatch(comm, p, xa, oa, async_op: bool):
 
     def task():
         prog = p.program  # read when it runs: the calls before it may have written or dropped it
-        if prog is not None and comm.broken is None and stream is None and comm.tracer is None:
-            # (traced, an async call's bytes come from the Python path: a program's replay
-            # recorded half of bench/zero.py's ZeRO volume)
+        if prog is not None and comm.broken is None and stream is None:
             return prog.run(comm, p, seq, xa, oa)  # an async call's C program, as on the fast lane
         return execute(comm, p, seq, xa, oa, stream)
 
@@ -83,7 +81,7 @@ def execute(comm, p, seq: int, xa, oa, stream):
             tracer.end(ctx.label, rank=comm.rank, road=comm.road_taken().value)
         if p.in_c and p.program is None:  # a repeated direct call: write its C program (fast/program.py)
             from .fast.program import build
-            p.program = build(comm, p, xa, oa, tracer.since(mark, comm.rank) if tracer is not None else ())
+            p.program = build(comm, p, xa, oa, tracer.since(mark, comm.rank) if tracer is not None else None)
             p.in_c = p.program is not None
             if p.in_c and comm.lane is not None:  # and let the lane run it from the call's first line
                 from .fast.lane import offer

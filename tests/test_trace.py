@@ -170,3 +170,21 @@ def test_trace_cli_merge_and_totals(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["all_reduce", "#0", "rank", "0:", "sent", "8", "B,", "received", "8", "B"]
     assert len(out) == 4
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_traced_call_that_runs_a_program_records_what_python_did(n):
+    """Heap arrays, every collective, two sizes: a call that runs its plan's C program
+    while traced records the bytes the same call recorded in Python, also when the
+    program was written while nothing traced (it recorded nothing then)."""
+    p = run_mpi(n, "trace_programs.py", timeout=180)
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert p.returncode == 0 and len(lines) == n, p.stdout[-3000:] + p.stderr[-3000:]
+    cases = lines[0]["cases"]
+    assert len(cases) == 8
+    for name in cases:
+        per_rank = {r["rank"]: r["cases"][name] for r in lines}
+        assert sum(c["reference"][0].get(str(r), {}).get("recv", 0) for r, c in per_rank.items()) > 0, name
+        for c in per_rank.values():
+            assert c["ran_in_c"] == 1, (name, c)  # the last traced call ran its program
+            assert c["first traced"] == c["reference"] and c["program"] == c["reference"], (name, c)

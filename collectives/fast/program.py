@@ -15,7 +15,8 @@ for (else the Python path goes on after the header check, from ``Direct.stop``),
 and that the stage window was not regrown (else the call runs in Python and the
 program is rewritten). A header mismatch or a peer that never arrives is raised
 by the Python path from the same slots, with the same messages. A traced
-call runs the program too and records what the Python run of it recorded.
+call runs the program too and records what a traced Python run of it recorded
+(the first traced call runs in Python when the program was written untraced).
 
 Programs cover, on one node: reductions of up to ``fast_max_bytes``, pushed
 all-reduces (no input staged), all-gathers and broadcasts of up to
@@ -46,7 +47,9 @@ class Program:
       road: the road it runs (the road of the Python call it was written from).
       stage: the stage window the programs read and write (None: none).
       keep: objects whose memory the programs address (the header's buffer).
-      trace: what the Python run recorded, (action, fields) each, replayed when traced.
+      trace: what a traced Python run of the call recorded, (action, fields) each, replayed
+        when traced; None when it was written untraced (then the first traced call runs in
+        Python, and the program keeps what it recorded).
       runs: calls that ran to the end in C (tests check the road is taken).
     """
 
@@ -64,6 +67,13 @@ class Program:
         """Call ``seq`` of plan ``p``: in C, or handed to the Python path where the
         program stops (see the module's docstring). Returns the caller's out."""
         d = self.direct
+        tracer = comm.tracer
+        if tracer is not None and self.trace is None:  # written untraced: nothing to replay yet
+            mark = tracer.mark()
+            got = comm.execute(p, seq, xa, oa, None)
+            if p.program is self and d.road is self.road:
+                self.trace = recorded(tracer.since(mark, comm.rank))
+            return got
         if self.stage is not None and d.stage_window is not self.stage:
             p.program = None  # the stage window was regrown: write the program again after this call
             return comm.execute(p, seq, xa, oa, None)
@@ -83,7 +93,6 @@ class Program:
         if rc == 0:
             self.runs += 1
             d.road = self.road
-            tracer = comm.tracer
             if tracer is not None:
                 self.replay(tracer, comm.rank, f"{p.kind} #{seq}")
             return oa.obj if oa is not None else None
@@ -110,10 +119,17 @@ class Program:
         tracer.end(label, rank=rank, road=self.road.value)
 
 
-def build(comm, p, xa, oa, events=()):
+def recorded(events) -> list:
+    """What a program replays of a traced call's ``events``: (action, fields) of each
+    but the waits, without what every call has anew (rank, label, times)."""
+    return [(e["action"], {k: v for k, v in e.items() if k not in _SKIP}) for e in events if e["action"] != "wait"]
+
+
+def build(comm, p, xa, oa, events=None):
     """The Program for plan ``p``, whose call has just run in Python on these arrays (so
     the slots hold every peer's locations and ``Direct.road`` the road it took), or
-    None where programs do not cover it. ``events``: what that call traced."""
+    None where programs do not cover it. ``events``: what that call traced (None: it
+    was not traced)."""
     sym = comm.symmetric
     if not comm.tuning.fast or C is None or sym is None or sym.hier is not None:
         return None
@@ -121,7 +137,7 @@ def build(comm, p, xa, oa, events=()):
     road = d.road
     if road not in IN_C:
         return None
-    trace = [(e["action"], {k: v for k, v in e.items() if k not in _SKIP}) for e in events if e["action"] != "wait"]
+    trace = None if events is None else recorded(events)
     w = writer.Writer(d, p.hdr)
     if kind == "barrier":
         for par in (0, 1):
