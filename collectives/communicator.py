@@ -26,7 +26,7 @@ from .resources import Resources
 from .roads import MAX_MESSAGE_BYTES, MAX_SMALL_BYTES, Road
 from .roads_query import query
 from .safety.header import ALGORITHMS
-from .work import Engine
+from .engine import Engine
 
 _ids = itertools.count()
 
@@ -100,7 +100,7 @@ class Communicator(Resources):
         self.last = None  # the plan of the latest call (road_taken)
         self.broken: BaseException | None = None
         self.cache: dict = {}
-        self.engine = Engine(f"collectives-r{self.rank}-{next(_ids)}")
+        self.engine = Engine(f"collectives-r{self.rank}-{next(_ids)}", grace=t.async_grace_us * 1e-6)
         self.setup_resources()
         # host collectives reuse one Context (dispatch.execute renews it per call): one runs at a time
         self.host_ctx = Context(transport, NUMPY_KERNELS, "", self.timeout, self.chunk_bytes,

@@ -6,12 +6,12 @@ needs a thread that owns the traffic. Each Communicator has one
 (the same order on every rank, like a CUDA stream under NCCL) and the caller
 goes on computing; numpy and mpi4py release the GIL during large copies and
 transfers. A blocking call with nothing queued runs on the caller's thread,
-which saves the thread hand-off on small messages.
+which saves the thread hand-off on small messages. The queue and its thread
+are engine.py's; here are the handles and what the thread tells its waits.
 """
 from __future__ import annotations
 
 import threading
-from collections import deque
 
 _local = threading.local()
 
@@ -120,128 +120,3 @@ class Work:
     def __repr__(self) -> str:
         state = "done" if self.is_completed() else "pending"
         return f"<Work {self.label} {state}>"
-
-
-class Engine:
-    """Runs a communicator's collectives one at a time, in call order."""
-
-    def __init__(self, name: str):
-        self._name = name
-        self._lock = threading.Lock()  # taken bare (a C-level with) on the fast lane
-        self._cv = threading.Condition(self._lock)
-        self._queue: deque = deque()
-        self._inflight = 0  # queued or running on the thread
-        self._inline = False  # a blocking call is running on its caller's thread
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._drainers = 0  # threads in drain()
-
-    def submit(self, fn, label: str) -> Work:
-        work = Work(label, self)
-        with self._lock:  # (the Condition's own lock, taken bare: its Python methods cost ~1 us each)
-            if self._closed:
-                raise RuntimeError(f"{self._name}: communicator is closed ({label})")
-            self._inflight += 1
-            self._queue.append((fn, work))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
-                self._thread.start()
-            else:
-                # the thread (one waiter suffices: drain() waits for _inflight to fall, not rise)
-                self._cv.notify_all() if self._drainers else self._cv.notify()
-        return work
-
-    def enter_inline(self, label: str) -> bool:
-        """Claim this thread for one blocking call when nothing is queued or running
-        (True: run it, then call ``leave_inline``); False: go through ``run``."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"{self._name}: communicator is closed ({label})")
-            if self._inflight or self._inline:
-                return False
-            self._inline = True
-            return True
-
-    def leave_inline(self) -> None:
-        with self._lock:
-            self._inline = False
-            if self._queue:  # only the progress thread waits for this, and only with work queued
-                self._cv.notify_all()
-
-    def run(self, fn, label: str):
-        """Run ``fn`` now on this thread if nothing is queued, else after the queue."""
-        with self._cv:
-            if self._closed:
-                raise RuntimeError(f"{self._name}: communicator is closed ({label})")
-            inline = self._inflight == 0 and not self._inline
-            if inline:
-                self._inline = True
-        if not inline:
-            return self.submit(fn, label).wait()
-        try:
-            return fn()
-        finally:
-            with self._cv:
-                self._inline = False
-                if self._queue:  # only the progress thread waits for this, and only with work queued
-                    self._cv.notify_all()
-
-    def steal(self, work: Work) -> bool:
-        """Run ``work`` on the calling thread if it heads the queue and nothing is
-        running (so call order holds); True when it ran here. Its callbacks run
-        here too."""
-        with self._lock:
-            if self._inline or not self._queue or self._queue[0][1] is not work \
-                    or self._inflight != len(self._queue):  # the progress thread is running one
-                return False
-            fn, _ = self._queue.popleft()
-            self._inline = True
-        try:
-            result, error = fn(), None
-        except BaseException as e:  # handed to the waiter, as from the thread
-            result, error = None, e
-        finally:
-            with self._lock:
-                self._inline = False
-                self._inflight -= 1
-                if self._queue or self._drainers:  # the thread waits for queued work; drain() for none
-                    self._cv.notify_all()
-        work._finish(result, error)
-        return True
-
-    def drain(self) -> None:
-        """Wait until everything queued so far has run."""
-        with self._cv:
-            self._drainers += 1
-            try:
-                self._cv.wait_for(lambda: self._inflight == 0)
-            finally:
-                self._drainers -= 1
-
-    def _loop(self) -> None:
-        _local.progress = True
-        while True:
-            with self._cv:
-                # never beside an inline call, closed or not: one collective at a time
-                self._cv.wait_for(lambda: not self._inline and (self._queue or self._closed))
-                if self._closed and not self._queue:
-                    return
-                fn, work = self._queue.popleft()
-            try:
-                result, error = fn(), None
-            except BaseException as e:  # handed to the waiter
-                result, error = None, e
-            fn = None  # before the waiter wakes: what the task held (the caller's arrays) is not kept here
-            with self._lock:
-                self._inflight -= 1
-                if self._drainers:
-                    self._cv.notify_all()
-            work._finish(result, error)
-            work = result = error = None
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-        if self._thread is not None:
-            self._thread.join()

@@ -188,11 +188,55 @@ static PyObject *desc_init(PyObject *self, PyObject *t) {
     Py_RETURN_NONE;
 }
 
+/* gate(words address, grace s, awake s) -> 0, 1 or 2: where an Engine's progress thread waits,
+ * with the GIL released, so that waking it takes no GIL from the caller's thread (work.py).
+ * words: [0] calls queued and not yet claimed, [1] when the oldest was queued (monotonic ns),
+ * [2] when the latest was, [3] attention (close, hurry, drain), [4] an inline call runs.
+ * 1: a queued call has gone unclaimed for ``grace``; 2: attention; 0: nothing queued for ``awake``. */
+static PyObject *gate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "gate(words, grace, awake)");
+        return NULL;
+    }
+    const int64_t *w = (const int64_t *)PyLong_AsVoidPtr(args[0]);
+    double grace = PyFloat_AsDouble(args[1]), awake = PyFloat_AsDouble(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t grace_ns = (int64_t)(grace * 1e9), awake_ns = (int64_t)(awake * 1e9);
+    if (grace_ns < 1000) grace_ns = 1000;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int64_t now = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec, nap = grace_ns;
+        if (load_acquire(w + 3)) {
+            rc = 2;
+            break;
+        }
+        if (load_acquire(w) > 0 && !load_acquire(w + 4)) {
+            int64_t left = load_acquire(w + 1) + grace_ns - now;
+            if (left <= 0) {
+                rc = 1;
+                break;
+            }
+            if (left < nap) nap = left;
+        } else if (now - load_acquire(w + 2) >= awake_ns && load_acquire(w) == 0) {
+            rc = 0;
+            break;
+        }
+        struct timespec d = {nap / 1000000000, nap % 1000000000};
+        nanosleep(&d, NULL);
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyMethodDef methods[] = {
     {"desc", desc, METH_O, "(address, shape, dtype, flags | OWNDATA) of a numpy array, else None."},
     {"desc_init", desc_init, METH_O, "Set the numpy array type desc() reads."},
     {"pipe", (PyCFunction)(void (*)(void))rz_pipe, METH_FASTCALL, "Run a pipelined all-reduce or all-gather (pipe.c)."},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run a direct-path program (fastpath.c)."},
+    {"gate", (PyCFunction)(void (*)(void))gate, METH_FASTCALL, "Where an Engine's progress thread waits (work.py)."},
     {NULL, NULL, 0, NULL},
 };
 

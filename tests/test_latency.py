@@ -17,7 +17,7 @@ import pytest
 
 from collectives import CollectiveTimeout, simulate
 from collectives.teach.trace import Tracer
-from collectives.work import Engine
+from collectives.engine import Engine
 
 
 def test_a_waiter_runs_its_queued_collective_itself_in_call_order():
@@ -172,3 +172,29 @@ def test_a_tensor_changed_in_place_between_calls_is_adapted_afresh():
         np.testing.assert_array_equal(got[2].numpy(), np.arange(3, dtype=np.float32) * 6)
         assert got[3].dtype == torch.int64
         np.testing.assert_array_equal(got[3].numpy(), np.full(3, 3, np.int64))
+
+
+def test_the_progress_thread_takes_an_unclaimed_call_after_the_grace():
+    """With the C gate, a queued call nobody waits for runs on the progress thread once
+    it is ``grace`` old, while one waited on at once runs on its caller's thread; the
+    thread then sleeps, and a later call still wakes it."""
+    import collectives.engine as engine
+    if engine._GATE is None:
+        pytest.skip("collectives._fastpath is not built")
+    eng = Engine("test-gate", grace=0.05, awake=0.2)
+    me = threading.current_thread()
+    try:
+        for rnd in range(3):
+            ran = []
+            t0 = time.monotonic()
+            w = eng.submit(lambda: ran.append((threading.current_thread(), time.monotonic())), "alone")
+            deadline = time.monotonic() + 5
+            while not w.is_completed() and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            assert w.is_completed(), f"round {rnd}: an unclaimed call never ran"
+            thread, at = ran[0]
+            assert thread is not me and at - t0 >= 0.05, (thread, at - t0)
+            assert eng.submit(lambda: threading.current_thread(), "waited").wait() is me
+            time.sleep(0.3)  # past ``awake``: the thread sleeps on the condition, and submit wakes it
+    finally:
+        eng.close()

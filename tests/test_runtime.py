@@ -34,7 +34,7 @@ def test_closing_never_runs_a_queued_task_beside_an_inline_call():
     close() has been called (the loop used to wake on ``_closed`` and run it)."""
     import threading
 
-    from collectives.work import Engine
+    from collectives.engine import Engine
 
     eng = Engine("test")
     inline_running, release, seen = threading.Event(), threading.Event(), []
@@ -83,7 +83,7 @@ class _SlowTransport:
 
 def _polls_during_wait(t, on_thread: bool) -> int:
     from collectives.context import Context
-    from collectives.work import Engine
+    from collectives.engine import Engine
 
     ctx = Context(t, NUMPY_KERNELS, "all_reduce #0", 10.0, 1024, None)
     call = lambda: ctx.wait([object()], peer=1, step=0, chunk=0, what="receive")  # noqa: E731

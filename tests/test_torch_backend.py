@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from collectives.work import Engine
+from collectives.engine import Engine
 
 
 def test_work_done_callback_runs_once_on_the_progress_thread():

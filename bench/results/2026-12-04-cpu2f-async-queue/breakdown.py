@@ -27,6 +27,10 @@ import collectives.work as work  # noqa: E402
 if "--no-wake" in sys.argv:
     import threading
 
+    if not hasattr(work, "Engine"):
+        sys.exit("--no-wake replaces the Engine of collectives/work.py as of this folder's commit; "
+                 "later, COLLECTIVES_ASYNC_GRACE_US (the tuning table) sets when the thread is woken")
+
     def submit(self, fn, label):
         w = work.Work(label, self)
         with self._lock:
