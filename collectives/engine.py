@@ -53,8 +53,8 @@ class Engine:
         self._sleeping = False  # the thread waits on the condition: submit notifies it
         self._gate = _GATE if grace > 0 else None
         self._grace, self._awake = float(grace), max(float(awake), float(grace))
-        # what the C gate reads: [unclaimed calls, oldest's time, latest's time, attention, 0]
-        self._words = np.zeros(5, np.int64)
+        # what the C gate reads: [unclaimed calls, oldest's time, latest's time, attention]
+        self._words = np.zeros(4, np.int64)
         self._at = self._words.ctypes.data
 
     def _claimed(self) -> None:

@@ -191,7 +191,8 @@ static PyObject *desc_init(PyObject *self, PyObject *t) {
 /* gate(words address, grace s, awake s) -> 0, 1 or 2: where an Engine's progress thread waits,
  * with the GIL released, so that waking it takes no GIL from the caller's thread (work.py).
  * words: [0] calls queued and not yet claimed, [1] when the oldest was queued (monotonic ns),
- * [2] when the latest was, [3] attention (close, hurry, drain), [4] an inline call runs.
+ * [2] when the latest was, [3] attention (close, hurry, drain). An inline call the engine
+ * waits out in Python, so the gate never runs beside one with a call queued.
  * 1: a queued call has gone unclaimed for ``grace``; 2: attention; 0: nothing queued for ``awake``. */
 static PyObject *gate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
@@ -213,7 +214,7 @@ static PyObject *gate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             rc = 2;
             break;
         }
-        if (load_acquire(w) > 0 && !load_acquire(w + 4)) {
+        if (load_acquire(w) > 0) {
             int64_t left = load_acquire(w + 1) + grace_ns - now;
             if (left <= 0) {
                 rc = 1;
