@@ -100,7 +100,8 @@ class Communicator(Resources):
         self.last = None  # the plan of the latest call (road_taken)
         self.broken: BaseException | None = None
         self.cache: dict = {}
-        self.engine = Engine(f"collectives-r{self.rank}-{next(_ids)}", grace=t.async_grace_us * 1e-6)
+        self.engine = Engine(f"collectives-r{self.rank}-{next(_ids)}", grace=t.async_grace_us * 1e-6,
+                             patience=t.async_patience_us * 1e-6)
         self.setup_resources()
         # host collectives reuse one Context (dispatch.execute renews it per call): one runs at a time
         self.host_ctx = Context(transport, NUMPY_KERNELS, "", self.timeout, self.chunk_bytes,

@@ -23,23 +23,27 @@ except ImportError:  # built without a C compiler (or before the gate): each sub
 class Engine:
     """Runs a communicator's collectives one at a time, in call order.
 
-    A queued call is left ``grace`` seconds for its caller's ``wait()``, which
-    runs it on the waiting thread (``steal``): the progress thread, woken for
-    it, would take the GIL at every point the caller's thread lets it go (torch's
-    dispatch releases it around the group's methods), and the caller would wait to
-    get it back. So the thread waits in C with the GIL released (``_fastpath.gate``
-    on ``_words``) and returns to Python for a call nobody claimed within the
-    grace, for close, hurry and drain, or after ``awake`` seconds without calls;
+    Queued calls are left to their caller's ``wait()`` while the caller keeps
+    queueing (until none has been queued for ``grace`` seconds, or the oldest has
+    waited ``patience``): the wait runs them on the waiting thread, head first
+    (``steal``), where the progress thread, woken for them, would take the GIL at
+    every point the caller's thread lets it go (torch's dispatch releases it
+    around the group's methods), and the caller would wait to get it back. So
+    the thread waits in C with the GIL released (``_fastpath.gate`` on
+    ``_words``) and returns to Python for calls left past the grace or the
+    patience, for close, hurry and drain, or after ``awake`` seconds without calls;
     then it sleeps on the condition until a call is submitted. Without the
     extension, or with ``grace`` 0, each submit wakes the thread at once.
 
     Args:
       name: the progress thread's name.
-      grace: seconds a queued call waits for its caller (the tuning table's async_grace_us).
+      grace: seconds without a new call before the thread takes the queue (the tuning table's
+        async_grace_us).
+      patience: seconds the oldest queued call waits at most (async_patience_us).
       awake: seconds the thread keeps waiting in C after the last call.
     """
 
-    def __init__(self, name: str, grace: float = 0.0, awake: float = 0.02):
+    def __init__(self, name: str, grace: float = 0.0, patience: float = 0.0, awake: float = 0.02):
         self._name = name
         self._lock = threading.Lock()  # taken bare (a C-level with) on the fast lane
         self._cv = threading.Condition(self._lock)
@@ -52,7 +56,8 @@ class Engine:
         self._hurry = False  # take the queue without the grace (a waiter blocks, drain, close)
         self._sleeping = False  # the thread waits on the condition: submit notifies it
         self._gate = _GATE if grace > 0 else None
-        self._grace, self._awake = float(grace), max(float(awake), float(grace))
+        self._grace, self._patience = float(grace), max(float(patience), float(grace))
+        self._awake = max(float(awake), self._patience)
         # what the C gate reads: [unclaimed calls, oldest's time, latest's time, attention]
         self._words = np.zeros(4, np.int64)
         self._at = self._words.ctypes.data
@@ -78,6 +83,7 @@ class Engine:
                 raise RuntimeError(f"{self._name}: communicator is closed ({label})")
             self._inflight += 1
             self._queue.append((fn, work, now))
+            work._queued = True
             w = self._words
             if w[0] == 0:
                 w[1] = now
@@ -133,28 +139,36 @@ class Engine:
                     self._cv.notify_all()
 
     def steal(self, work: Work) -> bool:
-        """Run ``work`` on the calling thread if it heads the queue and nothing is
-        running (so call order holds); True when it ran here. Its callbacks run
-        here too."""
-        with self._lock:
-            if self._inline or not self._queue or self._queue[0][1] is not work \
-                    or self._inflight != len(self._queue):  # the progress thread is running one
-                return False
-            fn = self._queue.popleft()[0]
-            self._claimed()
-            self._inline = True
-        try:
-            result, error = fn(), None
-        except BaseException as e:  # handed to the waiter, as from the thread
-            result, error = None, e
-        finally:
+        """Run the queue on the calling thread, head first, up to and including
+        ``work``, while nothing runs on the progress thread (so call order holds);
+        True when ``work`` ran here. A caller waiting on the last of several
+        queued calls (DDP's buckets, a batch of async calls) so runs them all
+        without a hand-off per call. Their callbacks run here too; an earlier
+        call's error goes to its own Work, as from the thread."""
+        while True:
             with self._lock:
-                self._inline = False
-                self._inflight -= 1
-                if self._queue or self._drainers:  # the thread waits for queued work; drain() for none
-                    self._cv.notify_all()
-        work._finish(result, error)
-        return True
+                if self._inline or not work._queued or self._inflight != len(self._queue):
+                    return False  # ours left the queue, or the progress thread is running one
+                fn, head, _ = self._queue.popleft()
+                head._queued = False
+                self._claimed()
+                self._words[2] = time.monotonic_ns()  # the caller is at work: the thread stays out
+                self._inline = True
+            try:
+                result, error = fn(), None
+            except BaseException as e:  # handed to the waiter, as from the thread
+                result, error = None, e
+            finally:
+                fn = None
+                with self._lock:
+                    self._inline = False
+                    self._inflight -= 1
+                    if self._queue or self._drainers:  # the thread waits for queued work; drain() for none
+                        self._cv.notify_all()
+            head._finish(result, error)
+            if head is work:
+                return True
+            head = result = error = None
 
     def drain(self) -> None:
         """Wait until everything queued so far has run."""
@@ -176,9 +190,11 @@ class Engine:
                 return None
             now = time.monotonic_ns()
             if self._queue and not self._inline and (self._gate is None or self._hurry or self._closed
-                                                     or now - self._queue[0][2] >= self._grace * 1e9):
+                                                     or now - self._words[2] >= self._grace * 1e9
+                                                     or now - self._queue[0][2] >= self._patience * 1e9):
                 self._hurry = False
                 fn, work, _ = self._queue.popleft()
+                work._queued = False
                 self._claimed()
                 return fn, work
             if self._queue and self._inline and self._gate is not None:
@@ -193,7 +209,7 @@ class Engine:
                 continue
             self._lock.release()  # calls keep coming: wait in C, the GIL released
             try:
-                self._gate(self._at, self._grace, self._awake)
+                self._gate(self._at, self._grace, self._patience, self._awake)
             finally:
                 self._lock.acquire()
 

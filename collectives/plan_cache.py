@@ -33,7 +33,7 @@ arrays (cupy, CUDA torch) and explicit ``counts`` always take the full path.
 
 Memory: a plan keeps numpy arrays of up to SMALL_BYTES (and heap arrays, which the
 heap maps until close anyway) alive through its adapted views, at most
-MAX_PLANS plans under each of the two keys. Tensors and larger arrays are held by weak reference only: a numpy
+MAX_PLANS plans under each of the two keys (the oldest goes first). Tensors and larger arrays are held by weak reference only: a numpy
 array is its own view; a CPU tensor's plan keeps a view of its memory that
 does not own it, handed back while the tensor lives at the same address (a
 view made anew per call missed the direct path's cache of bound views: +17 us
@@ -58,7 +58,8 @@ from .fast.codes import C, has_c
 from .kernels import NUMPY_KERNELS
 from .safety.header import Header
 
-MAX_PLANS = 32  # plans per communicator (and shapes); a caller cycling through more starts the cache over
+MAX_PLANS = 128  # plans per communicator (and shapes); past it the oldest goes (64 gradient buckets in turn
+# queued async, which 32 made miss on every call: 50 us a submit where a hit takes 11)
 SMALL_BYTES = 64 * 1024  # arrays up to this size are held by their plan (views kept)
 _OWNDATA = 4  # numpy's flag for an array that owns its memory: a view of it is alike for a plan
 
@@ -229,6 +230,16 @@ def _held(comm, a: Array) -> bool:
     return sym is not None and sym.heap.locate(a.obj) is not None
 
 
+def _put(cache: dict, key, p: Plan) -> None:
+    """Keep ``p`` under ``key``; at MAX_PLANS the oldest entry goes first."""
+    if len(cache) >= MAX_PLANS and key not in cache:
+        try:
+            del cache[next(iter(cache))]
+        except (StopIteration, KeyError, RuntimeError):  # emptied meanwhile by a dying array's callback
+            pass
+    cache[key] = p
+
+
 def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: bool, hdr: list,
            args: tuple, fresh_n=None, fresh: bool = False) -> Plan:
     """Make the plan of a checked call and, where its objects can be watched, cache it under ``key``."""
@@ -265,14 +276,9 @@ def finish(comm, key, kind: str, x, out, xa: Array, oa: Array | None, in_place: 
             p.oflat = _ownerless(oa) if os_ is not None and not fresh else None
     except TypeError:  # an object without weak references: not cached
         return p
-    if len(plans) >= MAX_PLANS:
-        plans.clear()
-    plans[key] = p
+    _put(plans, key, p)
     sk = shape_key(key[0], x, out, None if kind == "all_gather" else args[0])
     if sk is not None:
-        shapes = comm.shapes
-        if len(shapes) >= MAX_PLANS:
-            shapes.clear()
-        shapes[sk] = p
+        _put(comm.shapes, sk, p)
     p.in_c = p.run in IN_C and not fresh and bool(comm.tuning.fast) and has_c()
     return p

@@ -25,7 +25,8 @@ def on_progress_thread() -> bool:
 class Work:
     """Handle of an async collective. ``wait()`` returns its result, once."""
 
-    __slots__ = ("label", "_engine", "_finished", "_gate", "_result", "_error", "_waited", "_callbacks", "_lock")
+    __slots__ = ("label", "_engine", "_finished", "_gate", "_result", "_error", "_waited", "_callbacks", "_lock",
+                 "_queued")
 
     def __init__(self, label: str, engine: "Engine | None" = None):
         self.label = label
@@ -40,6 +41,7 @@ class Work:
         self._waited = False
         self._callbacks: list = []
         self._lock = threading.Lock()
+        self._queued = False  # in its engine's queue, not yet taken (Engine.steal)
 
     def _finish(self, result=None, error: BaseException | None = None) -> None:
         with self._lock:

@@ -188,22 +188,25 @@ static PyObject *desc_init(PyObject *self, PyObject *t) {
     Py_RETURN_NONE;
 }
 
-/* gate(words address, grace s, awake s) -> 0, 1 or 2: where an Engine's progress thread waits,
- * with the GIL released, so that waking it takes no GIL from the caller's thread (work.py).
- * words: [0] calls queued and not yet claimed, [1] when the oldest was queued (monotonic ns),
- * [2] when the latest was, [3] attention (close, hurry, drain). An inline call the engine
- * waits out in Python, so the gate never runs beside one with a call queued.
- * 1: a queued call has gone unclaimed for ``grace``; 2: attention; 0: nothing queued for ``awake``. */
+/* gate(words address, grace s, patience s, awake s) -> 0, 1 or 2: where an Engine's progress
+ * thread waits, with the GIL released, so that waking it takes no GIL from the caller's thread
+ * (engine.py). words: [0] calls queued and not yet claimed, [1] when the oldest was queued
+ * (monotonic ns), [2] when the latest was, [3] attention (close, hurry, drain). An inline call
+ * the engine waits out in Python, so the gate never runs beside one with a call queued.
+ * 1: the caller has queued nothing for ``grace`` with a call unclaimed, or the oldest has
+ * waited ``patience``; 2: attention; 0: nothing queued for ``awake``. */
 static PyObject *gate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "gate(words, grace, awake)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "gate(words, grace, patience, awake)");
         return NULL;
     }
     const int64_t *w = (const int64_t *)PyLong_AsVoidPtr(args[0]);
-    double grace = PyFloat_AsDouble(args[1]), awake = PyFloat_AsDouble(args[2]);
+    double grace = PyFloat_AsDouble(args[1]), patience = PyFloat_AsDouble(args[2]), awake = PyFloat_AsDouble(args[3]);
     if (PyErr_Occurred()) return NULL;
-    int64_t grace_ns = (int64_t)(grace * 1e9), awake_ns = (int64_t)(awake * 1e9);
+    int64_t grace_ns = (int64_t)(grace * 1e9), patience_ns = (int64_t)(patience * 1e9),
+            awake_ns = (int64_t)(awake * 1e9);
     if (grace_ns < 1000) grace_ns = 1000;
+    if (patience_ns < grace_ns) patience_ns = grace_ns;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
@@ -215,7 +218,8 @@ static PyObject *gate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             break;
         }
         if (load_acquire(w) > 0) {
-            int64_t left = load_acquire(w + 1) + grace_ns - now;
+            int64_t left = load_acquire(w + 2) + grace_ns - now, last = load_acquire(w + 1) + patience_ns - now;
+            if (last < left) left = last;
             if (left <= 0) {
                 rc = 1;
                 break;

@@ -1,7 +1,8 @@
 """The per-call fast lanes (issues 10 and 13): what they skip must not change what they do.
 
 - A waiter runs its queued collective itself (Work.run_here / Engine.steal),
-  only when it is next in line, so call order holds.
+  with every call queued before it, head first, so call order holds; the
+  progress thread leaves the queue alone while its caller keeps queueing.
 - Blocking host calls reuse one Context per communicator (Context.renew):
   a timeout or tracer set on the communicator between calls still applies.
 - The torch group's one-tensor lanes (blocking: None, torch's "finished
@@ -31,16 +32,70 @@ def test_a_waiter_runs_its_queued_collective_itself_in_call_order():
     def fails():
         raise ValueError("boom")
     w3 = eng.submit(fails, "c")
-    w2.run_here()  # not next in line: must not jump the queue
-    assert not w2.is_completed() and ran == []
-    assert w1.wait() == 1 and w2.wait() == 2
+    w4 = eng.submit(lambda: ran.append(("d", threading.current_thread())) or 4, "d")
+    w2.run_here()  # not next in line: the call before it runs first, here, and nothing after it
+    assert w1.is_completed() and w2.is_completed() and not w3.is_completed()
     assert ran == [("a", me), ("b", me)]
+    assert w2.wait() == 2 and w1.wait() == 1
+    assert w4.wait() == 4  # the failing call before it ran first, its error kept for its own Work
+    assert ran[-1] == ("d", me) and w3.is_completed()
     with pytest.raises(ValueError, match="boom"):
         w3.wait()
-    assert eng.enter_inline("d")  # nothing left queued or running: a blocking call may run inline
+    assert eng.enter_inline("e")  # nothing left queued or running: a blocking call may run inline
     eng.leave_inline()
     eng._thread = None
     eng.close()
+
+
+def test_waiting_on_the_last_of_many_queued_calls_runs_them_all_on_the_waiter():
+    """DDP's buckets, a batch of async calls: one wait on the last runs every call
+    queued before it on the waiting thread, in call order, with no hand-off."""
+    eng = Engine("test-batch", grace=0.5)
+    me = threading.current_thread()
+    ran = []
+    try:
+        works = [eng.submit(lambda i=i: ran.append((i, threading.current_thread())) or i, f"c{i}")
+                 for i in range(64)]
+        assert works[-1].wait() == 63
+        assert ran == [(i, me) for i in range(64)]
+        assert [w.wait() for w in works[:-1]] == list(range(63))
+    finally:
+        eng.close()
+
+
+def test_the_progress_thread_leaves_a_burst_to_its_caller():
+    """Queued calls the caller keeps adding to (each within the grace of the last) stay
+    queued however long the burst lasts, up to the patience; then the thread takes them."""
+    import collectives.engine as engine
+    if engine._GATE is None:
+        pytest.skip("collectives._fastpath is not built")
+    eng = Engine("test-burst", grace=0.25, patience=30.0, awake=1.0)
+    me = threading.current_thread()
+    ran = []
+    try:
+        works = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.6:  # more than twice the grace, a call every 5 ms
+            works.append(eng.submit(lambda: ran.append(threading.current_thread()), "burst"))
+            time.sleep(0.005)
+        during = len(ran)
+        deadline = time.monotonic() + 10
+        while not works[-1].is_completed() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert during == 0, f"the thread took {during} calls while its caller was still queueing"
+        assert len(ran) == len(works) and all(t is not me for t in ran), "after the grace, the thread runs them"
+    finally:
+        eng.close()
+    eng = Engine("test-patience", grace=0.25, patience=0.3, awake=1.0)
+    ran = []
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.5 and not ran:  # the oldest waits no longer than the patience
+            eng.submit(lambda: ran.append(time.monotonic() - t0), "impatient")
+            time.sleep(0.005)
+        assert ran and 0.3 <= ran[0] < 1.5, ran[:1]
+    finally:
+        eng.close()
 
 
 def test_blocking_calls_follow_the_communicators_tracer_and_timeout():

@@ -75,10 +75,13 @@ SETTINGS = (
     Setting("cuda_small_block_bytes", 32 * KiB, None, "one-/two-shot kernels: a block per this many bytes",
             UNMEASURED),
     Setting("async_grace_us", 200, "COLLECTIVES_ASYNC_GRACE_US",
-            "a queued call waits this long for its caller's wait() to run it before the progress thread takes it "
-            "(0: the thread is woken for every call)",
+            "queued calls are left to their caller's wait() until it has queued nothing for this long; then the "
+            "progress thread takes them (0: the thread is woken for every call)",
             f"{CPU2}: an async 1 KiB dist.all_reduce 28.5-31.3 us with the thread woken per call, "
             "16.1-18.9 us with it waiting in C; bench/results/2026-12-04-cpu2f-async-gate/"),
+    Setting("async_patience_us", 3200, "COLLECTIVES_ASYNC_PATIENCE_US",
+            "the oldest queued call waits at most this long for its caller, however fast it queues more",
+            f"{CPU2}: 64 async 1 KiB dist.all_reduce queued, then waited: bench/results/2026-12-06-cpu2g-async-batch/"),
     # the symmetric heap and the direct roads
     Setting("stage", "auto", "COLLECTIVES_STAGE",
             "ordinary host arrays copied into the heap: 0 never, 1 at every size on any node, auto below stage_max_*",
