@@ -618,8 +618,7 @@ def main(argv=None) -> int:
                     if a.device == "cuda":
                         xp.cuda.runtime.deviceSynchronize()
                     times[alg].append(world.allreduce((time.perf_counter() - t0) / max(k, 1), op=MPI.MAX))
-                    if alg == "torch" and overhead and op != "broadcast":  # torch's own share of a call
-                        # (broadcast: torch asks its group registry for the root's rank, so no loose group)
+                    if alg == "torch" and overhead:  # torch's own share of a call
                         t0 = time.perf_counter()
                         for _ in range(k):
                             case.run(group=noop)

@@ -104,7 +104,8 @@ def have_ringzero_backend() -> bool:
 def noop_group(rank: int, size: int):
     """A torch ProcessGroup whose collectives do nothing and return None ("finished").
 
-    ``dist.all_reduce(t, group=noop_group(r, n))`` costs what torch's own API costs
+    ``dist.all_reduce(t, group=noop_group(r, n))`` (and ``dist.broadcast``: the group is
+    entered in torch's map of group ranks, ranks as in the world) costs what torch's own API costs
     (argument checks, options, dispatch to the group's method), which every backend
     pays: the floor under the ringzero group's per-call overhead (bench/collectives.py
     --algorithm torch measures it beside the real call).
@@ -127,4 +128,11 @@ def noop_group(rank: int, size: int):
         _allgather_base = all_gather_single
         _reduce_scatter_base = reduce_scatter_single
 
-    return NoopGroup(rank, size)
+    g = NoopGroup(rank, size)
+    try:  # known to torch's registry, as a group made by new_group is: dist.broadcast asks it for
+        # the root's rank in the group (the map drops it at destroy_process_group)
+        from torch.distributed import distributed_c10d as c10d
+        c10d._world.pg_group_ranks[g] = {q: q for q in range(size)}
+    except (ImportError, AttributeError):  # a torch without the map: its broadcast has no floor row
+        pass
+    return g
