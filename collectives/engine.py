@@ -58,7 +58,8 @@ class Engine:
         self._gate = _GATE if grace > 0 else None
         self._grace, self._patience = float(grace), max(float(patience), float(grace))
         self._awake = max(float(awake), self._patience)
-        # what the C gate reads: [unclaimed calls, oldest's time, latest's time, attention]
+        # what the C gate reads: [unclaimed calls, oldest's time, the caller's latest submit or stolen
+        # call, attention]
         self._words = np.zeros(4, np.int64)
         self._at = self._words.ctypes.data
 
