@@ -7,7 +7,8 @@ inputs as they were when the case began, which the timing does not change):
 
 - all-gather: every peer's piece read once across processes (``process_vm_readv``,
   the single copy Open MPI's shared-memory transport makes for large messages,
-  and the one our direct road makes), then the own piece copied into ``out``;
+  and the one our direct road makes), then the own piece copied into ``out`` (with streaming
+  stores from the tuning's ``stream_min_bytes``, as our all-gather copies it);
 - broadcast: the root copies its input into ``out``; every other rank reads it once;
 - all-reduce, reduce-scatter: each peer's input (or segment) read once, then reduced
   with the own into ``out``.
@@ -24,7 +25,8 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from collectives.fast.codes import C, DTYPES, OPS
+from collectives.fast.codes import C, DTYPES, OPS, streams
+from collectives.tuning import load
 from collectives.symmetric.cma import address
 
 
@@ -45,6 +47,7 @@ class CopyFloor:
         self.world = world.Dup()
         self.rank, self.size = world.rank, world.size
         self.pids = self.world.allgather(os.getpid())
+        self.stream_min = load().stream_min_bytes
         self._keep = []
 
     def caller(self, case, fresh: bool):
@@ -64,7 +67,9 @@ class CopyFloor:
             for q in range(n):
                 if q != r:
                     read(q, out[q * x.size:(q + 1) * x.size], 0, piece)
-            words.extend([C.COPY, address(out) + r * piece, address(x), piece])
+            # the own piece as our all-gather copies it: streaming stores from stream_min_bytes
+            words.extend([C.STREAM if streams(piece, self.stream_min) else C.COPY, address(out) + r * piece,
+                          address(x), piece])
         elif op == "broadcast":
             if r == 0:
                 words.extend([C.COPY, address(out), address(x), x.nbytes])

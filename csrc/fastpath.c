@@ -26,6 +26,8 @@
  *   CMAREAD pid at add dst nbytes    dst = nbytes at address *at + add of process pid
  *                                    (process_vm_readv: a peer's private input, cma.py,
  *                                    at the address the peer posted this call)
+ *   STREAM  dst src nbytes           as COPY, with streaming stores (wait.c): the
+ *                                    caller's out, large, which no peer reads
  *   END
  *
  * pipe(descriptor address, base, deadline, spin, yield, max_sleep) runs a large
@@ -49,7 +51,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-enum { OP_END, OP_COPY, OP_POST, OP_WAIT, OP_HCHECK, OP_LCHECK, OP_REDUCE, OP_RAISE, OP_CMAREAD };
+enum { OP_END, OP_COPY, OP_POST, OP_WAIT, OP_HCHECK, OP_LCHECK, OP_REDUCE, OP_RAISE, OP_CMAREAD, OP_STREAM };
 
 static void copy_bytes(void *dst, const void *src, size_t n) {
     if (n < BIG_BYTES) {
@@ -91,6 +93,12 @@ int64_t rz_execute(const int64_t *prog, int64_t base, double deadline, const Pac
             return 0;
         case OP_COPY:
             if (w[3]) copy_bytes(PTR(w[1]), PTR(w[2]), (size_t)w[3]);
+            at += 4;
+            break;
+        case OP_STREAM:
+            Py_BEGIN_ALLOW_THREADS
+            rz_stream_copy(PTR(w[1]), PTR(w[2]), (size_t)w[3]);
+            Py_END_ALLOW_THREADS
             at += 4;
             break;
         case OP_CMAREAD:
@@ -241,6 +249,7 @@ static PyMethodDef methods[] = {
     {"desc_init", desc_init, METH_O, "Set the numpy array type desc() reads."},
     {"pipe", (PyCFunction)(void (*)(void))rz_pipe, METH_FASTCALL, "Run a pipelined all-reduce or all-gather (pipe.c)."},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run a direct-path program (fastpath.c)."},
+    {"stream", (PyCFunction)(void (*)(void))rz_py_stream, METH_FASTCALL, "Copy with streaming stores (wait.c)."},
     {"gate", (PyCFunction)(void (*)(void))gate, METH_FASTCALL, "Where an Engine's progress thread waits (work.py)."},
     {NULL, NULL, 0, NULL},
 };
@@ -267,8 +276,8 @@ static int add_codes(PyObject *m, const char *attr, const char *const *names, in
 PyMODINIT_FUNC PyInit__fastpath(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    static const char *const ops[] = {"END", "COPY", "POST", "WAIT", "HCHECK", "LCHECK", "REDUCE", "RAISE", "CMAREAD"};
-    for (int i = 0; i < 9; i++)
+    static const char *const ops[] = {"END", "COPY", "POST", "WAIT", "HCHECK", "LCHECK", "REDUCE", "RAISE", "CMAREAD", "STREAM"};
+    for (int i = 0; i < 10; i++)
         if (PyModule_AddIntConstant(m, ops[i], i) < 0) return NULL;
     static const char *const dtypes[] = {"float32", "float64", "int32", "int64"}; /* DT_* */
     static const char *const reds[] = {"sum", "prod", "max", "min"};              /* RED_* */

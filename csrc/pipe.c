@@ -2,9 +2,6 @@
 #include "fastpath.h"
 
 #include <string.h>
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 /* ------------------------------------------------------------------ pipe
  * A large all-reduce or all-gather whose arrays are private to each rank
@@ -30,29 +27,6 @@
  * step 0 staged, 1 reduced, 2 copied out), or RC_SIGNAL with a Python error.
  */
 enum { PIPE_STAGED, PIPE_REDUCED, PIPE_OUT };
-
-/* Streaming stores: the destination's lines are not read before being written. */
-static void stream_copy(char *d, const char *s, size_t n) {
-#if defined(__x86_64__)
-    size_t head = (64 - ((uintptr_t)d & 63)) & 63;
-    if (head > n) head = n;
-    memcpy(d, s, head);
-    d += head, s += head, n -= head;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32)), e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-        _mm_stream_si128((__m128i *)(d + i), a);
-        _mm_stream_si128((__m128i *)(d + i + 16), b);
-        _mm_stream_si128((__m128i *)(d + i + 32), c);
-        _mm_stream_si128((__m128i *)(d + i + 48), e);
-    }
-    _mm_sfence(); /* ordered before the counter that says the chunk is there */
-    memcpy(d + i, s + i, n - i);
-#else
-    memcpy(d, s, n);
-#endif
-}
 
 /* Elements [lo, lo + c) of a range of count elements, c clipped at the end (<= 0: none). */
 static inline int64_t clip(int64_t count, int64_t lo, int64_t ce) {
@@ -114,7 +88,7 @@ static int64_t pipe_run(int64_t *d, int64_t base, double deadline, const Pace *p
                                  (long long)d[6], (long long)d[7]);
                     return RC_SIGNAL;
                 }
-                stream_copy(out + (off[r] + lo) * isz, red, (size_t)(c * isz));
+                rz_stream_copy(out + (off[r] + lo) * isz, red, (size_t)(c * isz));
             }
             store_release(&cnt[r][PIPE_REDUCED], g + 1);
             /* 3: every peer's reduced chunk into out */
@@ -122,7 +96,7 @@ static int64_t pipe_run(int64_t *d, int64_t base, double deadline, const Pace *p
                 int64_t cq = clip(count[q], lo, ce);
                 if (q == r || cq <= 0) continue;
                 PIPE_WAIT(q, PIPE_REDUCED, g + 1);
-                stream_copy(out + (off[q] + lo) * isz, slot[q] + (n * D + s) * C, (size_t)(cq * isz));
+                rz_stream_copy(out + (off[q] + lo) * isz, slot[q] + (n * D + s) * C, (size_t)(cq * isz));
             }
             store_release(&cnt[r][PIPE_OUT], g + 1);
         } else {
@@ -135,12 +109,12 @@ static int64_t pipe_run(int64_t *d, int64_t base, double deadline, const Pace *p
                 memcpy(slot[r] + s * C, x + lo * isz, (size_t)(c * isz));
             }
             store_release(&cnt[r][PIPE_STAGED], g + 1);
-            if (c > 0 && own) stream_copy(out + (off[r] + lo) * isz, slot[r] + s * C, (size_t)(c * isz));
+            if (c > 0 && own) rz_stream_copy(out + (off[r] + lo) * isz, slot[r] + s * C, (size_t)(c * isz));
             for (int64_t q = 0; q < n; q++) {
                 int64_t cq = clip(count[q], lo, ce);
                 if (q == r || cq <= 0) continue;
                 PIPE_WAIT(q, PIPE_STAGED, g + 1);
-                stream_copy(out + (off[q] + lo) * isz, slot[q] + s * C, (size_t)(cq * isz));
+                rz_stream_copy(out + (off[q] + lo) * isz, slot[q] + s * C, (size_t)(cq * isz));
             }
             store_release(&cnt[r][PIPE_REDUCED], g + 1); /* every counter moves at every step, */
             store_release(&cnt[r][PIPE_OUT], g + 1);     /* whichever collective took it */

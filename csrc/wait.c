@@ -1,8 +1,40 @@
-/* wait.c: the one wait of the C fast path, and its element-wise reductions (see fastpath.h). */
+/* wait.c: the one wait of the C fast path, its element-wise reductions and its
+ * streaming copy (see fastpath.h). */
 #include "fastpath.h"
 
 #include <sched.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+/* n bytes from s to d with streaming (non-temporal) stores: d's lines are not read
+ * before being written, and do not stay in cache. Half the traffic of a copy whose
+ * destination is larger than L2 goes; a destination read back at once (a window a
+ * peer reads) loses. The sfence orders the stores before any flag raised after. */
+void rz_stream_copy(void *dst, const void *src, size_t n) {
+    char *d = dst;
+    const char *s = src;
+#if defined(__x86_64__)
+    size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head, s += head, n -= head;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32)), e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    _mm_sfence();
+    memcpy(d + i, s + i, n - i);
+#else
+    memcpy(d, s, n);
+#endif
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -120,4 +152,23 @@ int rz_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, int64_t 
     pace->yld = PyFloat_AsDouble(args[4]);
     pace->max_sleep = PyFloat_AsDouble(args[5]);
     return PyErr_Occurred() ? -1 : 0;
+}
+
+/* stream(dst address, src address, nbytes): rz_stream_copy with the GIL released (a direct road's
+ * Python path copying into the caller's out, as its programs' STREAM does). */
+PyObject *rz_py_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "stream(dst, src, nbytes)");
+        return NULL;
+    }
+    long long d = PyLong_AsLongLong(args[0]), s = PyLong_AsLongLong(args[1]), n = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (n < 0) {
+        PyErr_Format(PyExc_ValueError, "stream: %lld bytes", n);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rz_stream_copy(PTR(d), PTR(s), (size_t)n);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
 }

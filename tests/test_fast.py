@@ -77,6 +77,25 @@ def test_waits_end_at_the_deadline_and_name_the_wait():
     assert 0.15 < time.monotonic() - t < 2 and flag[0] == 11  # RAISE wrote base + phase
 
 
+@pytest.mark.parametrize("start", [0, 1, 15, 63])
+def test_stream_copies_exactly_at_every_alignment_and_length(start):
+    """STREAM (and the module's stream()) copy every byte, and no byte past the end, for
+    destinations and sources at any alignment and lengths around the 64-byte step."""
+    rng = np.random.default_rng(start)
+    src = rng.integers(0, 256, 5000, dtype=np.uint8)
+    for n in (0, 1, 15, 16, 63, 64, 65, 127, 128, 129, 1000, 4097):
+        for via in ("op", "function"):
+            dst = np.zeros(5000, np.uint8)
+            d, s = dst[start + 7:start + 7 + n], src[start:start + n]
+            if via == "op":
+                prog = np.array([fastpath.STREAM, d.ctypes.data, s.ctypes.data, n, fastpath.END], np.int64)
+                assert fastpath.run(prog.ctypes.data, 0, 1e18, *PACE) == 0
+            else:
+                fastpath.stream(d.ctypes.data, s.ctypes.data, n)
+            assert d.tobytes() == s.tobytes(), (n, via)
+            assert not dst[:start + 7].any() and not dst[start + 7 + n:].any(), (n, via)
+
+
 def test_switched_off_by_the_environment():
     """COLLECTIVES_FAST=0: every repeated call stays in Python."""
     for r in _run(2, "grid", COLLECTIVES_FAST="0"):
@@ -129,14 +148,20 @@ def test_mismatch_and_absent_peer_after_many_c_calls():
         assert "rank 2 never signalled 'header posted'" in r["timeout"] and r["seconds"] < 5
 
 
-@pytest.mark.parametrize("n,cma", [(2, None), (3, None), (2, "0")])
-def test_large_all_gather_pieces_are_read_in_place(n, cma):
+@pytest.mark.parametrize("n,cma,stream", [(2, None, None), (3, None, "64"), (2, "0", None), (2, "0", "64")])
+def test_large_all_gather_pieces_are_read_in_place(n, cma, stream):
     """All-gather pieces from the tuning table's cma_min_bytes of ordinary arrays are offered in place and
     read with process_vm_readv (in Python, then in C): exact for even and uneven
     pieces, in place, beside a heap input; broadcasts whose root reads in place too.
-    COLLECTIVES_CMA=0: staged, still exact."""
-    res = _run(n, "cma", **({} if cma is None else {"COLLECTIVES_CMA": cma}))
+    COLLECTIVES_CMA=0: staged, still exact. COLLECTIVES_STREAM_MIN=64: every copy into
+    out (own pieces, staged pieces, a broadcast's) takes streaming stores, whatever its
+    alignment and length, in Python and as the programs' STREAM op, still exact."""
+    env = {} if cma is None else {"COLLECTIVES_CMA": cma}
+    if stream is not None:
+        env["COLLECTIVES_STREAM_MIN"] = stream
+    res = _run(n, "cma", **env)
     for r in res:
+        assert (r["streamed"] > 0) == (stream is not None), r  # the default's 1 MiB is above every size here
         assert r["nfail"] == 0 and r["cases"] == 48 + 3 * 2 * 2 * REPEAT, r["failures"]
         assert r["pids"] == (cma is None)
         # broadcasts from MIN_BYTES (2 of 3 sizes): the root offers its input, in place or not

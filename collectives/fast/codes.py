@@ -33,3 +33,19 @@ def c_reduces(dtype, op, pipe: bool = False) -> bool:
     if pipe and op == "avg":
         op = "sum"
     return op in OPS and (op in ("sum", "prod") or dt.kind == "i")
+
+
+def streams(nbytes: int, least: int) -> bool:
+    """Whether a copy of ``nbytes`` into a caller's out takes streaming stores (csrc/wait.c):
+    from ``least`` bytes (the tuning's stream_min_bytes; 0: never), where the extension is built."""
+    return C is not None and 0 < least <= nbytes
+
+
+def copy_out(to, src, least: int) -> None:
+    """``to[...] = src`` into (part of) a caller's out, which no peer reads: with streaming
+    stores from ``least`` bytes (as the programs' STREAM op), else numpy's copy."""
+    if streams(to.nbytes, least) and to.dtype == src.dtype and to.shape == src.shape \
+            and to.flags.c_contiguous and src.flags.c_contiguous:
+        C.stream(to.ctypes.data, src.ctypes.data, to.nbytes)
+    else:
+        np.copyto(to, src)

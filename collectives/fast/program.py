@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import CollectiveError
 from ..roads import IN_C, Road
 from ..symmetric.cma import address
-from ..symmetric.signals import READY
+from ..symmetric.signals import CMA_WIN, READY
 from . import writer
 from .codes import C
 
@@ -61,7 +61,7 @@ class Program:
         self.direct, self.sig, self.stage, self.keep = direct, direct.sig, w.stage, w.keep
         self.road, self.trace = road, trace
         self.runs, self.rebuilds = 0, rebuilds
-        self.relocs = None  # the words addressing the call's own private x and out (writer.relocations)
+        self.relocs = None  # the words addressing the call's own private x and out (relocations, below)
 
     def run(self, comm, p, seq: int, xa, oa):
         """Call ``seq`` of plan ``p``: in C, or handed to the Python path where the
@@ -171,5 +171,50 @@ def build(comm, p, xa, oa, events=None):
     # (the caller's arrays are not kept: a plan hit means they live, unchanged, where they were)
     prog = Program(d, w, road, p.rebuilds, trace)
     if xloc is None and oloc is None:  # private arrays: the same steps serve any placement (lane.c)
-        prog.relocs = writer.relocations(w.words, ((address(x), x.nbytes), (address(out), out.nbytes)))
+        prog.relocs = relocations(w.words, ((address(x), x.nbytes), (address(out), out.nbytes)))
     return prog
+
+
+# words of each op (op code first) and which of them are addresses of the caller's memory
+_OPS = None
+
+
+def _layout():
+    global _OPS
+    if _OPS is None:
+        _OPS = {C.COPY: (4, (1, 2)), C.STREAM: (4, (1, 2)), C.WAIT: (5, ()), C.HCHECK: (4, ()), C.LCHECK: (6, ()),
+                C.RAISE: (3, ()), C.CMAREAD: (6, (4,))}
+    return _OPS
+
+
+def steps(words):
+    """(word index, op code, the indices of the words that address the caller's memory)
+    for every op of one program, in order."""
+    ops, at = _layout(), 0
+    while words[at] != C.END:
+        op = words[at]
+        if op == C.POST:
+            size, addrs = 10, (5,) if words[at + 4] == CMA_WIN else ()
+        elif op == C.REDUCE:
+            size = 6 + words[at + 5]
+            addrs = (3,) + tuple(range(6, size))
+        else:
+            size, addrs = ops[op]
+        yield at, op, addrs
+        at += size
+
+
+def relocations(programs, ranges) -> np.ndarray:
+    """(parity, word index, base, offset) for every word of ``programs`` (one per epoch
+    parity) that addresses memory in ``ranges`` ((address, bytes) of x, then of out; an
+    address at a range's end counts, for empty views), as int64 rows."""
+    out = []
+    for par, words in enumerate(programs):
+        for at, _, addrs in steps(words):
+            for i in addrs:
+                a = words[at + i]
+                for base, (start, nbytes) in enumerate(ranges):
+                    if start <= a <= start + nbytes:
+                        out.append((par, at + i, base, a - start))
+                        break
+    return np.array(out, dtype=np.int64).reshape(-1, 4)

@@ -4,9 +4,9 @@
 time; ``all_reduce``, ``reduce_scatter`` and ``all_gather`` write a call's two
 programs the way the direct roads run it (symmetric/allreduce.py, gather.py,
 scatter.py) on the road the Python call took, or say False where a program
-cannot cover that call (``broadcast`` too). ``relocations`` lists the words that address the call's
-own x and out, so that csrc/lane.c can run the same programs for arrays of the
-same shape elsewhere in memory.
+cannot cover that call (``broadcast`` too). program.py's ``relocations`` lists the
+words that address the call's own x and out, so that csrc/lane.c can run the same
+programs for arrays of the same shape elsewhere in memory.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..safety.agree import NF
 from ..symmetric import stage
 from ..symmetric.cma import address
 from ..symmetric.signals import AREA, CMA_WIN, DONE, INPUT, PRIVATE, READY, STAGE_WIN
-from .codes import C, DTYPES, OPS, c_reduces
+from .codes import C, DTYPES, OPS, c_reduces, streams
 
 
 class Writer:
@@ -57,9 +57,12 @@ class Writer:
             src = (CMA_WIN, C.ANY) if self.src[q][0] == CMA_WIN else self.src[q]
             self.cur += [C.LCHECK, self.area(q, par) + 8 * NF, *src, *self.dst[q]]
 
-    def copy(self, dst, src):
+    def copy(self, dst, src, into_out=False):
+        """A COPY; into the caller's out (``into_out``), which no peer reads, from the
+        tuning's stream_min_bytes a STREAM (streaming stores, csrc/wait.c)."""
         if dst.nbytes:
-            self.cur += [C.COPY, address(dst), address(src), dst.nbytes]
+            op = C.STREAM if into_out and streams(dst.nbytes, self.d.tuning.stream_min_bytes) else C.COPY
+            self.cur += [op, address(dst), address(src), dst.nbytes]
 
     def reduce(self, op, dst, srcs):
         if len(srcs) == 1:  # one rank: the C loop combines at least two
@@ -191,10 +194,10 @@ def all_gather(w, d, x, out, counts, xloc, oloc, road) -> bool:
                 w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 1), 0, address(out[o:o + c]),
                           c * dt.itemsize]
             else:
-                w.copy(out[o:o + c], w.src_view(q, par, c, dt))
+                w.copy(out[o:o + c], w.src_view(q, par, c, dt), into_out=True)
         w.cur += [C.RAISE, w.slot[r], DONE]
         if own is not None and not np.shares_memory(own[1], out):  # in place: already there
-            w.copy(*own)
+            w.copy(*own, into_out=True)
         if xloc is not None or offered:
             w.wait_peers(DONE)
         w.end()
@@ -226,7 +229,7 @@ def broadcast(w, d, x, out, root, xloc) -> bool:
         w.lcheck(par)
         if r == root:
             if address(out) != address(x):
-                w.copy(out, x)
+                w.copy(out, x, into_out=True)
             w.cur += [C.RAISE, w.slot[r], DONE]
             if xloc is not None or offered:  # peers read our heap input, or x in place: wait until they are done
                 w.wait_peers(DONE)
@@ -236,7 +239,7 @@ def broadcast(w, d, x, out, root, xloc) -> bool:
             if offered:  # at the address the root posts in this call's header area
                 w.cur += [C.CMAREAD, d.pids[root], w.area(root, par) + 8 * (NF + 1), 0, address(out), x.nbytes]
             else:
-                w.copy(out, w.src_view(root, par, x.size, x.dtype))
+                w.copy(out, w.src_view(root, par, x.size, x.dtype), into_out=True)
             w.cur += [C.RAISE, w.slot[r], DONE]
         w.end()
     return True
@@ -259,41 +262,3 @@ def _push(w, d, x, out, op, xloc, oloc) -> bool:
         w.finish(xloc)
     w.keep.append(chunks)
     return True
-
-
-# words of each op (op code first) and which of them are addresses of the caller's memory
-_OPS = None
-
-
-def _layout():
-    global _OPS
-    if _OPS is None:
-        _OPS = {C.COPY: (4, (1, 2)), C.WAIT: (5, ()), C.HCHECK: (4, ()), C.LCHECK: (6, ()), C.RAISE: (3, ()),
-                C.CMAREAD: (6, (4,))}
-    return _OPS
-
-
-def relocations(programs, ranges) -> np.ndarray:
-    """(parity, word index, base, offset) for every word of ``programs`` (one per epoch
-    parity) that addresses memory in ``ranges`` ((address, bytes) of x, then of out; an
-    address at a range's end counts, for empty views), as int64 rows."""
-    ops, out = _layout(), []
-    for par, words in enumerate(programs):
-        at = 0
-        while words[at] != C.END:
-            op = words[at]
-            if op == C.POST:
-                size, addrs = 10, (5,) if words[at + 4] == CMA_WIN else ()
-            elif op == C.REDUCE:
-                size = 6 + words[at + 5]
-                addrs = (3,) + tuple(range(6, size))
-            else:
-                size, addrs = ops[op]
-            for i in addrs:
-                a = words[at + i]
-                for base, (start, nbytes) in enumerate(ranges):
-                    if start <= a <= start + nbytes:
-                        out.append((par, at + i, base, a - start))
-                        break
-            at += size
-    return np.array(out, dtype=np.int64).reshape(-1, 4)

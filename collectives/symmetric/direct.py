@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import roads
 from ..dtypes import HALF, to_dtype
+from ..fast.codes import copy_out
 from ..kernels import NUMPY_KERNELS
 from ..kernels.numpy_kernels import UFUNCS
 from ..roads import Facts, Road
@@ -277,14 +278,14 @@ class Direct:
             return self.leave(ctx, base, "broadcast", x, out, root, None)
         if self.rank == root:
             if out is not x:
-                np.copyto(flat(out), flat(x))
+                copy_out(flat(out), flat(x), self.tuning.stream_min_bytes)
             self.finish(ctx, base, 0 if offer else xloc)  # staged: peers read the stage copy, not x
         else:
             loc = sig.loc(root, 0)
             if loc[0] == CMA_WIN:
                 cma_read(ctx, flat(out), Remote(self.pids[root], loc[1], x.nbytes, sig.world[root]))
             else:
-                np.copyto(flat(out), self.src(root, x.size, x.dtype))
+                copy_out(flat(out), self.src(root, x.size, x.dtype), self.tuning.stream_min_bytes)
             if ctx.tracer is not None:
                 self.trace(ctx, "direct broadcast", [(root, root, x.nbytes)])
             sig.raise_to(base + DONE)  # the root waits for this; nobody reads ours

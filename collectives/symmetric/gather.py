@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fast.codes import copy_out
 from ..roads import Road
 from .allreduce import flat
 from .cma import Remote, cma_read, offers
@@ -58,14 +59,14 @@ class AllGather:
             if type(src) is Remote:
                 cma_read(ctx, to, src)
             else:
-                np.copyto(to, src)
+                copy_out(to, src, d.tuning.stream_min_bytes)
         if ctx.tracer is not None:
             d.trace(ctx, "direct all-gather", [(q, q, sum(c for _, c in rq) * dt.itemsize)
                                                for q, rq in enumerate(ranges or ranges_of(counts))])
         # done reading peers: say so before our own piece's copy, which overlaps their reading
         d.sig.flag[0] = base + DONE
         for to, src in own:
-            np.copyto(to, src)
+            copy_out(to, src, d.tuning.stream_min_bytes)
         if xloc is not None or d.offered:  # peers read our x in place: wait until they are done
             d.sig.wait_all(ctx, base + DONE, "done reading")
 

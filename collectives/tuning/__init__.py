@@ -127,6 +127,13 @@ SETTINGS = (
             "from 16 KiB pieces on the second; bench/results/2026-12-02-cpu2b-all-gather/, "
             "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt; broadcasts on the second: "
             "bench/results/2026-12-02-cpu2b-broadcast/"),
+    Setting("stream_min_bytes", 1 * MiB, "COLLECTIVES_STREAM_MIN",
+            "copies this large into the caller's out (an all-gather's own piece, a piece from a peer's heap or "
+            "stage window, a broadcast's) use streaming stores, which skip reading out's lines (0: never)",
+            "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): one process alone copies 4-32 MiB at 20.0 GB/s "
+            "with streaming stores, 17.1 with numpy, and 1 MiB (in L2) at 23.7 against 26.4; the all-gather of "
+            "ordinary arrays at 16-64 MiB of out 1.05-1.10x raw MPI, where it was 1.01x (medians of three "
+            "launches; bench/results/2026-12-07-cpu2h-stream/)"),
     Setting("pipe", 1, "COLLECTIVES_PIPE", "the pipe for staged all-reduces and all-gathers from pipe_min_* (0: never)",
             CPU2),
     Setting("pipe_min_all_reduce", 0, "COLLECTIVES_PIPE_MIN",

@@ -72,6 +72,14 @@ def runs(comm):
     return plan_runs(comm) + lane_runs(comm)
 
 
+def streamed(comm):
+    """STREAM ops (copies into out with streaming stores) in the cached plans' programs."""
+    from collectives.fast.codes import C
+    from collectives.fast.program import steps
+    return sum(int(op == C.STREAM) for p in comm.plans.values() if getattr(p, "program", None) is not None
+               for words in p.program.words for _, op, _ in steps(words))
+
+
 def lane_runs(comm):
     """Calls the lane (fast/lane.py) ran in C from their first line, so far."""
     return comm.lane.stats()["runs"] if comm.lane is not None else 0
@@ -222,6 +230,7 @@ def cma():
                     root_offered += comm.symmetric.direct.offered
     extra["root_offered"] = root_offered
     extra["runs"] = runs(comm)
+    extra["streamed"] = streamed(comm)
     comm.close()
 
 
