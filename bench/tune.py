@@ -11,7 +11,8 @@ each round about 20 ms of calls per road).
 - small_bytes: the header-exchange road against the point-to-point one (staging off);
 - stage_max_<collective>: a staged call on the direct roads against the staged-ring;
 - cma_min_bytes: all-gather pieces of ordinary arrays read in place (process_vm_readv)
-  against staged;
+  against staged; stage_max_in_place: the same for in-place all-gathers (x inside out,
+  FSDP2's form), staged against read in place from the smallest pieces;
 - pipe_min_all_reduce, pipe_min_all_gather: the pipe against the staged-ring (all-reduce) or the read in
   place (all-gather); 0 (never) where it wins at no size;
 - push_min_all_gather: heap all-gathers pushed against pulled.
@@ -45,12 +46,15 @@ KiB, MiB = 1 << 10, 1 << 20
 ROUND_S = 0.02  # seconds of calls per road per round
 
 
+IN_PLACE = "all_gather in place"  # an all-gather whose x is the rank's own piece of out
+
+
 def call(comm, kind, x, out):
     if kind == "all_reduce":
         return comm.all_reduce(x, out=out)
     if kind == "reduce_scatter":
         return comm.reduce_scatter(x, out=out)
-    if kind == "all_gather":
+    if kind in ("all_gather", IN_PLACE):
         return comm.all_gather(x, out=out)
     return comm.broadcast(x, root=0, out=out)
 
@@ -68,6 +72,9 @@ def arrays(comm, kind, nbytes, heap=False):
         return a
     if kind == "all_gather":  # the stage and cma limits count a piece, the pipe and push limits the out
         return make(count), make(count * n)
+    if kind == IN_PLACE:
+        out = make(count * n)
+        return out[comm.rank * count:(comm.rank + 1) * count], out
     if kind == "reduce_scatter":
         count -= count % n
         return make(max(count, n)), make(max(count, n) // n)
@@ -198,6 +205,14 @@ def main(argv=None) -> int:
             seen = log["cma_min_bytes"]
             wins = [s for s, r in seen if r >= 1.0 and all(q >= 1.0 for t, q in seen if t >= s)]
             values["cma_min_bytes"] = min(wins, default=2 * seen[-1][0])
+            # in place: staged at every size against read in place from the smallest piece
+            inplace = with_settings(lambda: Communicator(stage="1"), {"stage_max_in_place": 1 << 40})
+            offered = with_settings(lambda: Communicator(stage="1"), {"cma_min_bytes": 0, "stage_max_in_place": 0})
+            got = crossover("stage_max_in_place", [inplace, offered], IN_PLACE, sizes(8 * KiB, 4 * MiB), a.rounds,
+                            log)
+            values["stage_max_in_place"] = got if got is not None else 0
+            inplace.close()
+            offered.close()
         cma.close()
         staged.close()
     if "pipe" in only and n > 1 and has_c():

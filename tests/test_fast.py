@@ -148,17 +148,22 @@ def test_mismatch_and_absent_peer_after_many_c_calls():
         assert "rank 2 never signalled 'header posted'" in r["timeout"] and r["seconds"] < 5
 
 
-@pytest.mark.parametrize("n,cma,stream", [(2, None, None), (3, None, "64"), (2, "0", None), (2, "0", "64")])
-def test_large_all_gather_pieces_are_read_in_place(n, cma, stream):
+@pytest.mark.parametrize("n,cma,stream,staged_in_place", [(2, None, None, False), (3, None, "64", False),
+                                                         (2, "0", None, False), (2, "0", "64", False),
+                                                         (3, None, None, True)])
+def test_large_all_gather_pieces_are_read_in_place(n, cma, stream, staged_in_place):
     """All-gather pieces from the tuning table's cma_min_bytes of ordinary arrays are offered in place and
     read with process_vm_readv (in Python, then in C): exact for even and uneven
     pieces, in place, beside a heap input; broadcasts whose root reads in place too.
     COLLECTIVES_CMA=0: staged, still exact. COLLECTIVES_STREAM_MIN=64: every copy into
     out (own pieces, staged pieces, a broadcast's) takes streaming stores, whatever its
-    alignment and length, in Python and as the programs' STREAM op, still exact."""
+    alignment and length, in Python and as the programs' STREAM op, still exact.
+    COLLECTIVES_STAGE_MAX_IN_PLACE past every size: in-place pieces are staged instead."""
     env = {} if cma is None else {"COLLECTIVES_CMA": cma}
     if stream is not None:
         env["COLLECTIVES_STREAM_MIN"] = stream
+    if staged_in_place:
+        env["COLLECTIVES_STAGE_MAX_IN_PLACE"] = str(1 << 30)
     res = _run(n, "cma", **env)
     for r in res:
         assert (r["streamed"] > 0) == (stream is not None), r  # the default's 1 MiB is above every size here
@@ -166,10 +171,10 @@ def test_large_all_gather_pieces_are_read_in_place(n, cma, stream):
         assert r["pids"] == (cma is None)
         # broadcasts from MIN_BYTES (2 of 3 sizes): the root offers its input, in place or not
         assert (r["root_offered"] > 0) == (cma is None and r["rank"] in (0, n - 1)), r
-        # pieces of MIN_BYTES and more (3 of 4 sizes, x 4 calls): offered when outside out (not in
-        # place, where staging copies as much with no wait for readers), and not by rank 0 when its
-        # input is in the heap
-        assert r["offered"] == (0 if cma == "0" else 12 if r["rank"] == 0 else 24), r
+        # pieces of MIN_BYTES and more (3 of 4 sizes, x 4 calls): offered outside out and in place (unless
+        # staged in place), and not by rank 0 when its input is in the heap
+        where = 1 if staged_in_place else 2
+        assert r["offered"] == (0 if cma == "0" else 12 * where if r["rank"] == 0 else 12 * (where + 1)), r
         assert r["runs"] > 0
 
 

@@ -9,11 +9,10 @@ MPI from 128 KiB to 2 MiB of output on one 2-core machine), but on another they
 lose from 16 KiB pieces (0.59-0.86x), while reading in place is at least level
 with MPI on both (bench/results/2026-12-02-cpu2b-all-gather/). So from the
 tuning table's ``cma_min_bytes`` a piece (``bench/tune.py`` measures it) an
-all-gather rank whose input is private, and not
-inside its ``out``, posts its address instead of staging it (source window
-``CMA_WIN``; in place, staging copies as much and needs no wait for readers:
-FSDP2 at batch 16, whose all-gathers are in place, trained at 1.36-1.65x
-Gloo's steps/s with them offered, 2.19x without, and 1.84-2.10x with none); each peer reads
+all-gather rank whose input is private posts its address instead of staging it
+(source window ``CMA_WIN``; in place, inside its ``out``, only past
+``stage_max_in_place``: there staging copies as much and needs no wait for
+readers, see ``offers``); each peer reads
 it straight into its ``out`` with ``process_vm_readv``, and the owner waits
 until every peer is done reading before it returns, as a heap input's owner
 does. A broadcast's root offers its private input the same way from
@@ -88,18 +87,18 @@ def offers(d, kind: str, x, out, xloc, piece: int) -> bool:
     """Whether this rank offers its input to be read in place in a call on the Direct ``d``:
     a private input (``xloc`` None) of ``cma_min_bytes`` or more (``piece``: an all-gather's
     largest piece, a broadcast's whole input), where the node's kernel allows it; an
-    all-gather's where the call would not pipe, and, in place (x inside out), only where a
-    staged call would leave for point-to-point messages (the staged-ring): below that,
-    staging copies the piece once as reading does and needs no wait for readers (4.6-5.4x
-    raw MPI's in-place all-gather at 16 KiB of out, 2.1x at 1 MiB, against 1.1-1.3x and
-    1.04-1.06x offered), above it reading in place is 0.99-1.05x MPI at 4-64 MiB where the
-    ring's messages were 0.82-0.92x (bench/results/2026-12-03-cpu2e-in-place/tables.md)."""
+    all-gather's where the call would not pipe, and, in place (x inside out), where a staged
+    call would leave for point-to-point messages (the staged-ring) or the piece is past the
+    tuning's ``stage_max_in_place``: staging copies the piece once as reading does and needs
+    no wait for readers, which wins on some machines and loses on others (its setting says
+    where it was measured)."""
     if xloc is not None or d.pids is None or piece < d.tuning.cma_min_bytes:
         return False
     if kind == "broadcast":
         return True
     road = d.if_staged(kind, out.nbytes, piece, x.dtype)
-    return road is not Road.PIPE and (road is Road.STAGED_RING or not np.may_share_memory(x, out))
+    return road is not Road.PIPE and (road is Road.STAGED_RING or piece > d.tuning.stage_max_in_place
+                                      or not np.may_share_memory(x, out))
 
 
 def probe(node, enabled: bool = True) -> list[int] | None:
