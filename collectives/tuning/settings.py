@@ -81,9 +81,12 @@ SETTINGS = (
             "at 1 MiB, 0.95-0.97x at 1.5-2 MiB, where the staged-ring is 1.03-1.10x; bench/tune.py 1 MiB "
             "(bench/results/2026-12-06-cpu2g-baselines/two-mib.txt). The 2 MiB that bench/tune.py gave on the "
             f"first machine ({TUNE_FILE}) was measured on inputs never written, whose stage copy reads one zero page"),
-    Setting("stage_max_reduce_scatter", 2 * MiB, None, "staged reduce-scatters up to this size",
-            f"{CPU2}, C programs from the first line: staged 0.37-0.60x the time of the staged-ring at "
-            f"1-2 MiB, 1.29x at 4 MiB; {TUNE_FILE}"),
+    Setting("stage_max_reduce_scatter", 1 * MiB, None, "staged reduce-scatters up to this size",
+            f"the value that holds on both machines measured: on the first ({CPU2}, C programs from the first "
+            f"line) staged took 0.37-0.60x the staged-ring's time at 1-2 MiB, 1.29x at 4 MiB ({TUNE_FILE}); on "
+            "a 2-core Intel VM (2 MiB L2, 300 MiB L3) 1.00x at 1 MiB and 1.25x at 2 MiB, where a 1 MiB limit "
+            "takes the 1.5-2 MiB reduce-scatter from 2.08-2.09x raw MPI to 2.60-2.81x (medians of three "
+            "launches; bench/results/2026-12-07-cpu2h-tune/)"),
     Setting("stage_max_all_gather", 1 * MiB, None,
             "staged all-gathers up to this piece size (pieces below cma_min_bytes, or all where cma is off)",
             f"{CPU2}, C programs from the first line (fast/lane.py): staged 1.6-2.5x raw MPI at 128 KiB-2 MiB "
