@@ -28,6 +28,7 @@
  *                                    at the address the peer posted this call)
  *   STREAM  dst src nbytes           as COPY, with streaming stores (wait.c): the
  *                                    caller's out, large, which no peer reads
+ *   SREDUCE dtype op dst count nsrc src...   as REDUCE, dst written with streaming stores
  *   END
  *
  * pipe(descriptor address, base, deadline, spin, yield, max_sleep) runs a large
@@ -51,7 +52,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-enum { OP_END, OP_COPY, OP_POST, OP_WAIT, OP_HCHECK, OP_LCHECK, OP_REDUCE, OP_RAISE, OP_CMAREAD, OP_STREAM };
+enum { OP_END, OP_COPY, OP_POST, OP_WAIT, OP_HCHECK, OP_LCHECK, OP_REDUCE, OP_RAISE, OP_CMAREAD, OP_STREAM, OP_SREDUCE };
 
 static void copy_bytes(void *dst, const void *src, size_t n) {
     if (n < BIG_BYTES) {
@@ -131,13 +132,14 @@ int64_t rz_execute(const int64_t *prog, int64_t base, double deadline, const Pac
             at += 6;
             break;
         }
-        case OP_REDUCE: {
+        case OP_REDUCE:
+        case OP_SREDUCE: {
             int bad;
             if (w[4] * (w[1] == DT_F32 || w[1] == DT_I32 ? 4 : 8) < BIG_BYTES) {
-                bad = rz_reduce(w[1], w[2], PTR(w[3]), w[4], w[5], w + 6);
+                bad = (w[0] == OP_SREDUCE ? rz_reduce_stream : rz_reduce)(w[1], w[2], PTR(w[3]), w[4], w[5], w + 6);
             } else { /* a pushed chunk: other threads run meanwhile, as during numpy's ufuncs */
                 Py_BEGIN_ALLOW_THREADS
-                bad = rz_reduce(w[1], w[2], PTR(w[3]), w[4], w[5], w + 6);
+                bad = (w[0] == OP_SREDUCE ? rz_reduce_stream : rz_reduce)(w[1], w[2], PTR(w[3]), w[4], w[5], w + 6);
                 Py_END_ALLOW_THREADS
             }
             if (bad) {
@@ -276,8 +278,8 @@ static int add_codes(PyObject *m, const char *attr, const char *const *names, in
 PyMODINIT_FUNC PyInit__fastpath(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    static const char *const ops[] = {"END", "COPY", "POST", "WAIT", "HCHECK", "LCHECK", "REDUCE", "RAISE", "CMAREAD", "STREAM"};
-    for (int i = 0; i < 10; i++)
+    static const char *const ops[] = {"END", "COPY", "POST", "WAIT", "HCHECK", "LCHECK", "REDUCE", "RAISE", "CMAREAD", "STREAM", "SREDUCE"};
+    for (int i = 0; i < 11; i++)
         if (PyModule_AddIntConstant(m, ops[i], i) < 0) return NULL;
     static const char *const dtypes[] = {"float32", "float64", "int32", "int64"}; /* DT_* */
     static const char *const reds[] = {"sum", "prod", "max", "min"};              /* RED_* */

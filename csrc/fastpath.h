@@ -42,6 +42,7 @@ int rz_wait_flag(const int64_t *flag, int64_t value, double deadline, const Pace
 void rz_stream_copy(void *dst, const void *src, size_t n);
 PyObject *rz_py_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int rz_reduce(int64_t dtype, int64_t op, void *dst, int64_t count, int64_t nsrc, const int64_t *src);
+int rz_reduce_stream(int64_t dtype, int64_t op, void *dst, int64_t count, int64_t nsrc, const int64_t *src);
 int rz_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, int64_t *addr, int64_t *base,
             double *deadline, Pace *pace);
 PyObject *rz_pipe(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

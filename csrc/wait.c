@@ -11,10 +11,9 @@
 /* n bytes from s to d with streaming (non-temporal) stores: d's lines are not read
  * before being written, and do not stay in cache. Half the traffic of a copy whose
  * destination is larger than L2 goes; a destination read back at once (a window a
- * peer reads) loses. The sfence orders the stores before any flag raised after. */
-void rz_stream_copy(void *dst, const void *src, size_t n) {
-    char *d = dst;
-    const char *s = src;
+ * peer reads) loses. No fence: the caller fences once after its last one (an sfence
+ * per small piece drains the write-combining buffers each time, at twice the cost). */
+static void stream_unfenced(char *d, const char *s, size_t n) {
 #if defined(__x86_64__)
     size_t head = (64 - ((uintptr_t)d & 63)) & 63;
     if (head > n) head = n;
@@ -29,11 +28,21 @@ void rz_stream_copy(void *dst, const void *src, size_t n) {
         _mm_stream_si128((__m128i *)(d + i + 32), c);
         _mm_stream_si128((__m128i *)(d + i + 48), e);
     }
-    _mm_sfence();
     memcpy(d + i, s + i, n - i);
 #else
     memcpy(d, s, n);
 #endif
+}
+
+static void store_fence(void) {
+#if defined(__x86_64__)
+    _mm_sfence(); /* the streamed stores before any flag raised after */
+#endif
+}
+
+void rz_stream_copy(void *dst, const void *src, size_t n) {
+    stream_unfenced(dst, src, n);
+    store_fence();
 }
 
 static inline void cpu_relax(void) {
@@ -137,6 +146,31 @@ int rz_reduce(int64_t dtype, int64_t op, void *dst, int64_t count, int64_t nsrc,
     return -1;
 }
 
+
+/* rz_reduce into dst with streaming stores (dst being a caller's out that nobody reads back at
+ * once): a 1 KiB tile at a time into a buffer that stays in L1, then streamed out, one fence at
+ * the end. On the 2-core Intel VM a 1 MiB float32 sum out of cache takes 78 us this way, 75 us
+ * fused with 128-bit streaming stores, 93 us with ordinary stores; tiles of 4-16 KiB 91-95 us.
+ * Tiles after the first start on 64-byte boundaries of dst, so the stream's body is aligned. */
+#define TILE 1024
+#define TILE_SRCS 64
+int rz_reduce_stream(int64_t dtype, int64_t op, void *dst, int64_t count, int64_t nsrc, const int64_t *src) {
+    int64_t isz = dtype == DT_F32 || dtype == DT_I32 ? 4 : 8, at[TILE_SRCS];
+    if (nsrc > TILE_SRCS) return rz_reduce(dtype, op, dst, count, nsrc, src);
+    _Alignas(64) char tile[TILE];
+    char *d = dst;
+    int64_t head = (int64_t)((64 - ((uintptr_t)d & 63)) & 63) / isz, per = TILE / isz, bad = 0;
+    for (int64_t lo = 0; lo < count && !bad;) {
+        int64_t n = lo == 0 && head ? head : per;
+        if (n > count - lo) n = count - lo;
+        for (int64_t k = 0; k < nsrc; k++) at[k] = src[k] + lo * isz;
+        bad = rz_reduce(dtype, op, tile, n, nsrc, at);
+        if (!bad) stream_unfenced(d + lo * isz, tile, (size_t)(n * isz));
+        lo += n;
+    }
+    store_fence();
+    return bad ? -1 : 0;
+}
 
 /* (address, base, deadline, spin, yield, max_sleep) of run() and pipe(); 0, or -1 with an error set. */
 int rz_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, int64_t *addr, int64_t *base,

@@ -23,8 +23,8 @@ OPS = {op: (fastpath.OPS[op], f) for op, f in (("sum", np.add), ("prod", np.mult
 PACE = (0.0, 2e-3, 200e-6)  # spin, yield, longest sleep
 
 
-def _reduce_program(dtype, op, dst, srcs):
-    words = [fastpath.REDUCE, DTYPES[dtype], OPS[op][0], dst.ctypes.data, dst.size, len(srcs),
+def _reduce_program(dtype, op, dst, srcs, code=None):
+    words = [fastpath.REDUCE if code is None else code, DTYPES[dtype], OPS[op][0], dst.ctypes.data, dst.size, len(srcs),
              *(s.ctypes.data for s in srcs), fastpath.END]
     return np.array(words, np.int64)
 
@@ -43,12 +43,14 @@ def _inputs(dtype, k, count, rng):
 CASES = [(d, op) for d in DTYPES for op in OPS if np.dtype(d).kind == "i" or op in ("sum", "prod")]
 
 
+@pytest.mark.parametrize("code", ["REDUCE", "SREDUCE"])
 @pytest.mark.parametrize("dtype,op", CASES)
-def test_reduce_kernel_matches_numpy_bit_for_bit(dtype, op):
+def test_reduce_kernel_matches_numpy_bit_for_bit(dtype, op, code):
     """dst = src0 op src1 op ... in rank order, the bits direct.py's numpy chain gives,
-    for 1 to 5 sources; in place (dst is a source) too."""
+    for 1 to 5 sources; in place (dst is a source) too. SREDUCE (streaming stores, a tile
+    at a time) gives the same bits, at any alignment of dst, and writes nothing past it."""
     rng = np.random.default_rng(7)
-    f = OPS[op][1]
+    f, code = OPS[op][1], getattr(fastpath, code)
     for k in (1, 2, 3, 5):
         for count in (0, 1, 7, 1000, 4099):
             srcs = list(_inputs(dtype, k, count, rng))
@@ -56,13 +58,17 @@ def test_reduce_kernel_matches_numpy_bit_for_bit(dtype, op):
             with np.errstate(all="ignore"):
                 for s in srcs[1:]:
                     want = f(want, s)
-            dst = np.empty(count, dtype)
-            assert fastpath.run(_reduce_program(dtype, op, dst, srcs).ctypes.data, 0, 1e18, *PACE) == 0
-            assert dst.tobytes() == want.tobytes(), (k, count)
+            for shift in (0, 1, 5):  # dst's first element that many elements past a 64-byte line
+                room = np.zeros(count + 24, dtype)
+                lo = (-room.ctypes.data % 64) // room.itemsize + shift
+                dst = room[lo:lo + count]
+                assert fastpath.run(_reduce_program(dtype, op, dst, srcs, code).ctypes.data, 0, 1e18, *PACE) == 0
+                assert dst.tobytes() == want.tobytes(), (k, count, shift)
+                assert not room[:lo].any() and not room[lo + count:].any(), (k, count, shift)
             if k > 1:  # in place: the first source is the destination
                 first = srcs[0].copy()
-                assert fastpath.run(_reduce_program(dtype, op, first, [first] + srcs[1:]).ctypes.data, 0, 1e18,
-                                    *PACE) == 0
+                assert fastpath.run(_reduce_program(dtype, op, first, [first] + srcs[1:], code).ctypes.data, 0,
+                                    1e18, *PACE) == 0
                 assert first.tobytes() == want.tobytes(), (k, count, "in place")
 
 
@@ -114,13 +120,16 @@ def _run(n, mode, stage="1", **more):
     return sorted(lines, key=lambda r: r["rank"])
 
 
-@pytest.mark.parametrize("n,stage", [(1, "1"), (2, None), (3, "1")])
-def test_repeated_calls_run_in_c_and_match_numpy(n, stage):
+@pytest.mark.parametrize("n,stage,stream", [(1, "1", None), (2, None, None), (3, "1", None), (2, None, "64"),
+                                             (3, "1", "64")])
+def test_repeated_calls_run_in_c_and_match_numpy(n, stage, stream):
     """Heap, staged and mixed arrays, every programmed dtype and op, in place or not:
     exact on every call, and most calls ran to the end in C (each plan's first
     call runs in Python; the two-phase all-reduces and a heap rank's in-place
-    one-phase all-reduce stay there)."""
-    for res in _run(n, "grid", stage):
+    one-phase all-reduce stay there). COLLECTIVES_STREAM_MIN=64: the reductions and
+    copies into out take streaming stores (SREDUCE, STREAM), with the same results."""
+    for res in _run(n, "grid", stage, **({} if stream is None else {"COLLECTIVES_STREAM_MIN": stream})):
+        assert (res["streamed"] > 0) == (stream is not None and n > 1), res  # the default's 1 MiB: no case here
         assert res["enabled"] and res["nfail"] == 0, res["failures"]
         assert res["cases"] > 2000 and res["runs"] > res["cases"] // 2, res
         assert res["barrier_runs"] == 3 or n == 1

@@ -195,7 +195,7 @@ def steps(words):
         op = words[at]
         if op == C.POST:
             size, addrs = 10, (5,) if words[at + 4] == CMA_WIN else ()
-        elif op == C.REDUCE:
+        elif op == C.REDUCE or op == C.SREDUCE:
             size = 6 + words[at + 5]
             addrs = (3,) + tuple(range(6, size))
         else:

@@ -64,10 +64,12 @@ class Writer:
             op = C.STREAM if into_out and streams(dst.nbytes, self.d.tuning.stream_min_bytes) else C.COPY
             self.cur += [op, address(dst), address(src), dst.nbytes]
 
-    def reduce(self, op, dst, srcs):
+    def reduce(self, op, dst, srcs, into_out=False):
+        """A REDUCE; into the caller's out (``into_out``) from stream_min_bytes an SREDUCE."""
         if len(srcs) == 1:  # one rank: the C loop combines at least two
-            return self.copy(dst, srcs[0])
-        self.cur += [C.REDUCE, DTYPES[dst.dtype], OPS[op], address(dst), dst.size, len(srcs),
+            return self.copy(dst, srcs[0], into_out)
+        code = C.SREDUCE if into_out and streams(dst.nbytes, self.d.tuning.stream_min_bytes) else C.REDUCE
+        self.cur += [code, DTYPES[dst.dtype], OPS[op], address(dst), dst.size, len(srcs),
                      *(address(s) for s in srcs)]
 
     def end(self):
@@ -136,7 +138,7 @@ def all_reduce(w, d, x, out, op, xloc, oloc, road) -> bool:
         srcs = [w.src_view(q, par, x.size, dt) for q in range(n)]
         if xloc is None and (n == 2 or not np.shares_memory(x, out)):
             srcs[r] = x
-        w.reduce(op, tmp if aside else out, srcs)
+        w.reduce(op, tmp if aside else out, srcs, into_out=not aside)
         if aside:
             w.keep.append(tmp)
             w.finish(xloc, then=(out, tmp))
@@ -158,7 +160,7 @@ def reduce_scatter(w, d, x, out, op, counts, xloc) -> bool:
         srcs = [w.src_view(q, par, x.size, dt)[o:o + c] for q in range(n)]
         if xloc is None and (n == 2 or not np.shares_memory(x[o:o + c], dst)):
             srcs[r] = x[o:o + c]
-        w.reduce(op, dst, srcs)
+        w.reduce(op, dst, srcs, into_out=True)
         w.finish(xloc)
     return True
 

@@ -127,12 +127,14 @@ SETTINGS = (
             "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt; broadcasts on the second: "
             "bench/results/2026-12-02-cpu2b-broadcast/"),
     Setting("stream_min_bytes", 1 * MiB, "COLLECTIVES_STREAM_MIN",
-            "copies this large into the caller's out (an all-gather's own piece, a piece from a peer's heap or "
-            "stage window, a broadcast's) use streaming stores, which skip reading out's lines (0: never)",
+            "copies and reductions this large into the caller's out (an all-gather's own piece, a piece from a "
+            "peer's heap or stage window, a broadcast's, a one-phase all-reduce's or a reduce-scatter's result) "
+            "use streaming stores, which skip reading out's lines (0: never)",
             "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): one process alone copies 4-32 MiB at 20.0 GB/s "
             "with streaming stores, 17.1 with numpy, and 1 MiB (in L2) at 23.7 against 26.4; the all-gather of "
             "ordinary arrays at 16-64 MiB of out 1.05-1.10x raw MPI, where it was 1.01x (medians of three "
-            "launches; bench/results/2026-12-07-cpu2h-stream/)"),
+            "launches; bench/results/2026-12-07-cpu2h-stream/); the one-phase all-reduce at 1 MiB 139.2 -> "
+            "127.5 us, 1.21 -> 1.33x raw MPI (bench/results/2026-12-07-cpu2h-sreduce/)"),
     Setting("pipe", 1, "COLLECTIVES_PIPE", "the pipe for staged all-reduces and all-gathers from pipe_min_* (0: never)",
             CPU2),
     Setting("pipe_min_all_reduce", 0, "COLLECTIVES_PIPE_MIN",
@@ -156,8 +158,10 @@ SETTINGS = (
     Setting("pipe_depth", 4, None, "the pipe's slots per rank", f"{CPU2} (2-8 deep within a few percent)"),
     Setting("fast", 1, "COLLECTIVES_FAST", "repeated direct calls run as C programs (0: always in Python)",
             f"{CPU2} (1 KiB all-reduce 12.7 -> ~4.5 us); bench/results/2026-11-30-cpu2-programs/"),
-    Setting("fast_max_bytes", 1 * MiB, None, "C programs for reductions up to this size",
-            f"{CPU2} (a staged 512 KiB-1 MiB all-reduce 1.45-1.87x MPI's time in C, 1.10-1.26x in Python)"),
+    Setting("fast_max_bytes", 64 * MiB, None, "C programs for reductions up to this size",
+            f"{CPU2} (a staged 512 KiB-1 MiB all-reduce 1.45-1.87x MPI's time in C, 1.10-1.26x in Python); "
+            "on a 2-core Intel VM heap reduce-scatters of 4-64 MiB 1.13-1.29x faster in C than in Python "
+            "(bench/results/2026-12-07-cpu2h-sreduce/)"),
     Setting("fast_max_copy_bytes", 64 * MiB, None, "C programs for all-gathers and pushed all-reduces up to this size",
             f"{CPU2} (the pushed all-reduce in C 1.07-1.16x the Python push at 2-16 MiB)"),
     Setting("torch_lane", 1, "COLLECTIVES_TORCH_LANE",

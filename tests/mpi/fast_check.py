@@ -73,11 +73,12 @@ def runs(comm):
 
 
 def streamed(comm):
-    """STREAM ops (copies into out with streaming stores) in the cached plans' programs."""
+    """STREAM and SREDUCE ops (copies and reductions into out with streaming stores) in the cached
+    plans' programs."""
     from collectives.fast.codes import C
     from collectives.fast.program import steps
-    return sum(int(op == C.STREAM) for p in comm.plans.values() if getattr(p, "program", None) is not None
-               for words in p.program.words for _, op, _ in steps(words))
+    return sum(int(op in (C.STREAM, C.SREDUCE)) for p in comm.plans.values()
+               if getattr(p, "program", None) is not None for words in p.program.words for _, op, _ in steps(words))
 
 
 def lane_runs(comm):
@@ -133,6 +134,7 @@ def grid():
                     check(f"all_gather in place {np.dtype(dtype)} {count} {where} #{call}",
                           comm.all_gather(own, out=out), np.concatenate([v[:piece] for v in xs]))
                 total += plan_runs(comm)
+                extra["streamed"] = extra.get("streamed", 0) + streamed(comm)
                 comm.plans.clear()  # count each plan's runs once
     total += lane_runs(comm)
     for _ in range(REPEAT):
