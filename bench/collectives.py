@@ -41,7 +41,10 @@ round, outside the timing.
 ``--fresh``: every call passes new views ``x[:]`` and ``out[:]`` of the same
 buffers (a torch view for dist.* and DeepSpeed), as code that slices, reshapes or
 reallocates per call hands them over; without it each algorithm reuses its
-objects. ``--breakdown``: after the sweep, where the microseconds of a small call
+objects. ``--consume``: every timed call is followed by a read of its whole output (a sum
+over ``out``), for every algorithm, as code that uses the result does: a call that
+is fast because it leaves ``out`` out of cache (streaming stores) pays here.
+``--breakdown``: after the sweep, where the microseconds of a small call
 go (bench/breakdown.py): argument checks, header agreement, data movement, the
 rest of our dispatch, and the torch layer. ``--async-op``: the torch and gloo
 rows call ``async_op=True`` and wait on the work at once, as DDP and FSDP2 do
@@ -366,6 +369,16 @@ def traced_path(comm, run, world) -> str:
     return seen.pop() if len(seen) == 1 else "mixed" if seen else "none"
 
 
+def consumer(call, out):
+    """``call`` followed by a read of all of ``out`` (its sum), as code that uses the result does."""
+    total = out.sum
+
+    def run():
+        call()
+        total()
+    return run
+
+
 def paired_ratio(base_times: list[float], times: list[float]) -> float:
     """Median over rounds of base/this, each pair timed back to back in one round."""
     return float(np.median([b / t for b, t in zip(base_times, times)]))
@@ -465,6 +478,9 @@ def main(argv=None) -> int:
     p.add_argument("--fresh", action="store_true",
                    help="pass new views x[:] and out[:] of the buffers on every call (what code that slices or "
                         "reallocates per call hands over), for every algorithm")
+    p.add_argument("--consume", action="store_true",
+                   help="after every timed call, read the whole output (a sum over out), as code that uses the "
+                        "result does, for every algorithm: a call that leaves out in cache or evicts it shows here")
     p.add_argument("--in-place", action="store_true",
                    help="all-reduce with out as its input, all-gather with the input in its own place in out, "
                         "for every algorithm (MPI.IN_PLACE for raw MPI), as torch and FSDP2 call them")
@@ -555,7 +571,8 @@ def main(argv=None) -> int:
     overhead = "torch" in algos and "ring" in algos
     say(f"# calls: {'fresh views x[:] and out[:] on every call (--fresh)' if a.fresh else 'the same objects every call'}"
         + ("; all-reduce and all-gather in place (--in-place)" if a.in_place else "")
-        + ("; dist.* calls async_op=True, each waited on (--async-op)" if a.async_op else ""))
+        + ("; dist.* calls async_op=True, each waited on (--async-op)" if a.async_op else "")
+        + ("; out read (summed) after every call (--consume)" if a.consume else ""))
     say(f"# warmup {a.warmup_iters}, {a.rounds} rounds of {a.iters} iters"
         + (f" (more for fast calls: about {a.block_ms:g} ms a block, at most {MAX_ITERS})" if a.block_ms > 0 else "")
         + ", algorithms taking turns each round; time = median over rounds of (max over ranks of the mean per"
@@ -612,6 +629,8 @@ def main(argv=None) -> int:
                     comms[alg].barrier()
                     world.Barrier()
                     k, call = iters[alg], case.call
+                    if a.consume:  # the result read by its user after each call
+                        call = consumer(case.call, case.out)
                     t0 = time.perf_counter()
                     for _ in range(k):
                         call()
@@ -630,7 +649,7 @@ def main(argv=None) -> int:
                            count=case.count, ranks=n, time_us=dt * 1e6, algbw=algbw,
                            busbw=algbw * busbw_factor(op, n), wrong=row[alg]["wrong"], device=a.device,
                            rounds_us=[t * 1e6 for t in times[alg]], iters=iters[alg], buffers=mode, stage=stage,
-                           fresh=a.fresh, in_place=a.in_place)
+                           fresh=a.fresh, in_place=a.in_place, consume=a.consume)
                 if alg in ("gloo", "torch"):
                     rec["async_op"] = a.async_op
                 if row[alg]["path"] is not None:

@@ -281,3 +281,37 @@ def test_async_calls_through_torch_on_fresh_views(tmp_path):
         assert r.get("async_op") is (True if r["algorithm"] == "torch" else None), r
     p = run_mpi(1, ROOT / "bench" / "collectives.py", "--algorithm", "ring", "--async-op", timeout=60)
     assert p.returncode != 0 and "--async-op applies to the torch.distributed rows" in p.stderr, p.stderr
+
+
+def test_consume_reads_every_result_after_its_call(tmp_path):
+    """--consume: each timed call is followed by a read of the whole out (its sum), for every
+    algorithm, in that order; results stay right and the records and header say so."""
+    import importlib.util
+
+    sys.path.append(str(ROOT / "bench"))  # its own imports (bare_ring, peers ...); the package stays first
+    try:
+        spec = importlib.util.spec_from_file_location("bench_collectives", ROOT / "bench" / "collectives.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    consumer = bench.consumer
+    seen = []
+
+    class Out:
+        def sum(self):
+            seen.append("read")
+    run = consumer(lambda: seen.append("call"), Out())
+    run()
+    run()
+    assert seen == ["call", "read", "call", "read"]
+    out = tmp_path / "bench.json"
+    p = run_mpi(2, ROOT / "bench" / "collectives.py", "-b", "4K", "-e", "1M", "-f", "256", "-w", "1", "-n", "3",
+                "-r", "3", "--op", "all_reduce,all_gather", "--algorithm", "ring,mpi", "--consume", "--json", str(out),
+                timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "out read (summed) after every call (--consume)" in p.stdout
+    recs = json.loads(out.read_text())
+    assert len(recs) == 2 * 2 * 2
+    for r in recs:
+        assert r["wrong"] == 0 and r["consume"] is True, r

@@ -129,7 +129,7 @@ def test_repeated_calls_run_in_c_and_match_numpy(n, stage, stream):
     one-phase all-reduce stay there). COLLECTIVES_STREAM_MIN=64: the reductions and
     copies into out take streaming stores (SREDUCE, STREAM), with the same results."""
     for res in _run(n, "grid", stage, **({} if stream is None else {"COLLECTIVES_STREAM_MIN": stream})):
-        assert (res["streamed"] > 0) == (stream is not None and n > 1), res  # the default's 1 MiB: no case here
+        assert (res["streamed"] > 0) == (stream is not None and n > 1), res  # off by default
         assert res["enabled"] and res["nfail"] == 0, res["failures"]
         assert res["cases"] > 2000 and res["runs"] > res["cases"] // 2, res
         assert res["barrier_runs"] == 3 or n == 1
@@ -175,7 +175,7 @@ def test_large_all_gather_pieces_are_read_in_place(n, cma, stream, staged_in_pla
         env["COLLECTIVES_STAGE_MAX_IN_PLACE"] = str(1 << 30)
     res = _run(n, "cma", **env)
     for r in res:
-        assert (r["streamed"] > 0) == (stream is not None), r  # the default's 1 MiB is above every size here
+        assert (r["streamed"] > 0) == (stream is not None), r  # off by default
         assert r["nfail"] == 0 and r["cases"] == 48 + 3 * 2 * 2 * REPEAT, r["failures"]
         assert r["pids"] == (cma is None)
         # broadcasts from MIN_BYTES (2 of 3 sizes): the root offers its input, in place or not

@@ -126,15 +126,17 @@ SETTINGS = (
             "from 16 KiB pieces on the second; bench/results/2026-12-02-cpu2b-all-gather/, "
             "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt; broadcasts on the second: "
             "bench/results/2026-12-02-cpu2b-broadcast/"),
-    Setting("stream_min_bytes", 1 * MiB, "COLLECTIVES_STREAM_MIN",
+    Setting("stream_min_bytes", 0, "COLLECTIVES_STREAM_MIN",
             "copies and reductions this large into the caller's out (an all-gather's own piece, a piece from a "
             "peer's heap or stage window, a broadcast's, a one-phase all-reduce's or a reduce-scatter's result) "
-            "use streaming stores, which skip reading out's lines (0: never)",
-            "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): one process alone copies 4-32 MiB at 20.0 GB/s "
-            "with streaming stores, 17.1 with numpy, and 1 MiB (in L2) at 23.7 against 26.4; the all-gather of "
-            "ordinary arrays at 16-64 MiB of out 1.05-1.10x raw MPI, where it was 1.01x (medians of three "
-            "launches; bench/results/2026-12-07-cpu2h-stream/); the one-phase all-reduce at 1 MiB 139.2 -> "
-            "127.5 us, 1.21 -> 1.33x raw MPI (bench/results/2026-12-07-cpu2h-sreduce/)"),
+            "use streaming stores, which skip reading out's lines and leave them out of cache (0: never)",
+            "never by default: on a 2-core Intel VM (2 MiB L2, 300 MiB L3), from 1 MiB the calls alone are "
+            "faster (the all-gather at 16-64 MiB 1.05-1.10x raw MPI against 1.01x, the 1 MiB all-reduce 127.5 "
+            "against 139.2 us), but the caller's read of out after each call pays more than that: with "
+            "--consume the 4-16 MiB all-gather is 0.79x raw MPI and the 1 MiB all-reduce 0.85x, against "
+            "1.01x and 1.15x with ordinary stores (bench/results/2026-12-07-cpu2h-stream/, "
+            "bench/results/2026-12-07-cpu2h-sreduce/). Where out is much larger than the last-level cache, or "
+            "not read soon, a tuning file may set it"),
     Setting("pipe", 1, "COLLECTIVES_PIPE", "the pipe for staged all-reduces and all-gathers from pipe_min_* (0: never)",
             CPU2),
     Setting("pipe_min_all_reduce", 0, "COLLECTIVES_PIPE_MIN",
@@ -160,8 +162,8 @@ SETTINGS = (
             f"{CPU2} (1 KiB all-reduce 12.7 -> ~4.5 us); bench/results/2026-11-30-cpu2-programs/"),
     Setting("fast_max_bytes", 64 * MiB, None, "C programs for reductions up to this size",
             f"{CPU2} (a staged 512 KiB-1 MiB all-reduce 1.45-1.87x MPI's time in C, 1.10-1.26x in Python); "
-            "on a 2-core Intel VM heap reduce-scatters of 4-64 MiB 1.13-1.29x faster in C than in Python "
-            "(bench/results/2026-12-07-cpu2h-sreduce/)"),
+            "on a 2-core Intel VM heap reduce-scatters of 4-16 MiB 1.04-1.16x faster in C than in Python, "
+            "64 MiB level (bench/results/2026-12-07-cpu2h-sreduce/)"),
     Setting("fast_max_copy_bytes", 64 * MiB, None, "C programs for all-gathers and pushed all-reduces up to this size",
             f"{CPU2} (the pushed all-reduce in C 1.07-1.16x the Python push at 2-16 MiB)"),
     Setting("torch_lane", 1, "COLLECTIVES_TORCH_LANE",

@@ -1,9 +1,9 @@
 #!/bin/sh
-# Reductions into out with streaming stores (SREDUCE, from stream_min_bytes) and C programs for
-# reductions up to 64 MiB (fast_max_bytes), each against its previous setting, three launches each,
-# taking turns: the all-reduce of ordinary arrays at 256 KiB-2 MiB beside raw MPI and DeepSpeed's raw
-# op, COLLECTIVES_STREAM_MIN=0 (off-N) against the default (on-N); heap all-reduces and
-# reduce-scatters at 1-64 MiB with fast_max_bytes 1 MiB (py-N) against the default (c-N). 2 ranks;
+# Streaming stores into out (STREAM copies, SREDUCE reductions, from stream_min_bytes), off and at
+# 1 MiB, three launches each, taking turns: the all-reduce at 256 KiB-2 MiB beside raw MPI and
+# DeepSpeed's raw op (off-N, on-N), and the all-reduce and all-gather at 1-64 MiB with the whole out
+# read after every call (--consume: consume-off-N, consume-on-N). Then heap arrays' reductions as C
+# programs up to 64 MiB (fast_max_bytes, c-N) against up to 1 MiB (py-N), streaming off. 2 ranks;
 # DeepSpeed from `make bench-peers`. Run from the checkout's root.
 set -e
 D=bench/results/2026-12-07-cpu2h-sreduce
@@ -16,22 +16,27 @@ for i in 1 2 3; do
     v=0; [ $s = on ] && v=1048576
     $M -x COLLECTIVES_STREAM_MIN=$v .venv/bin/python bench/collectives.py -b 256K -e 2M -f 2 --op all_reduce \
       --algorithm ring,mpi,deepspeed --json $D/$s-$i.json > $D/$s-$i.txt 2>&1
+    $M -x COLLECTIVES_STREAM_MIN=$v .venv/bin/python bench/collectives.py -b 1M -e 64M -f 4 \
+      --op all_reduce,all_gather --algorithm ring,mpi --consume --json $D/consume-$s-$i.json > $D/consume-$s-$i.txt 2>&1
   done
-  $M -x RINGZERO_TUNING=$D/fast-max-1m.json .venv/bin/python bench/collectives.py -b 1M -e 64M -f 4 \
-    --op all_reduce,reduce_scatter --algorithm ring,mpi --symmetric --json $D/py-$i.json > $D/py-$i.txt 2>&1
-  $M .venv/bin/python bench/collectives.py -b 1M -e 64M -f 4 --op all_reduce,reduce_scatter --algorithm ring,mpi \
-    --symmetric --json $D/c-$i.json > $D/c-$i.txt 2>&1
+  $M -x COLLECTIVES_STREAM_MIN=0 -x RINGZERO_TUNING=$D/fast-max-1m.json .venv/bin/python bench/collectives.py \
+    -b 1M -e 64M -f 4 --op reduce_scatter --algorithm ring,mpi --symmetric --json $D/py-$i.json > $D/py-$i.txt 2>&1
+  $M -x COLLECTIVES_STREAM_MIN=0 .venv/bin/python bench/collectives.py -b 1M -e 64M -f 4 --op reduce_scatter \
+    --algorithm ring,mpi --symmetric --json $D/c-$i.json > $D/c-$i.txt 2>&1
 done
 {
   for s in off on; do
     echo "## stream $s: ring vs raw MPI"; .venv/bin/python bench/ratios.py $D/$s-[0-9].json --vs mpi
     echo; echo "## stream $s: ring vs DeepSpeed"; .venv/bin/python bench/ratios.py $D/$s-[0-9].json --vs deepspeed
     echo; echo "## stream $s: times (us), ring / raw MPI"; .venv/bin/python bench/ratios.py $D/$s-[0-9].json --vs mpi --times
-    echo
+    echo; echo "## stream $s, out read after every call (--consume): ring vs raw MPI"
+    .venv/bin/python bench/ratios.py $D/consume-$s-[0-9].json --vs mpi
+    echo; echo "## stream $s, --consume: times (us), ring / raw MPI"
+    .venv/bin/python bench/ratios.py $D/consume-$s-[0-9].json --vs mpi --times; echo
   done
   for s in py c; do
-    echo "## heap arrays, reductions in $s: ring vs raw MPI"; .venv/bin/python bench/ratios.py $D/$s-[0-9].json --vs mpi
-    echo; echo "## heap arrays, reductions in $s: times (us), ring / raw MPI"
+    echo "## heap reduce-scatter, reductions in $s: ring vs raw MPI"; .venv/bin/python bench/ratios.py $D/$s-[0-9].json --vs mpi
+    echo; echo "## heap reduce-scatter, reductions in $s: times (us), ring / raw MPI"
     .venv/bin/python bench/ratios.py $D/$s-[0-9].json --vs mpi --times; echo
   done
 } > $D/tables.md
