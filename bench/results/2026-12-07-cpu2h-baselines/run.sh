@@ -1,10 +1,11 @@
 #!/bin/sh
-# The baselines' acceptance sweeps on main with streaming copies into out and in-place all-gathers
-# read in place, three launches each, taking turns: ring against raw mpi4py, MPI behind our API and
+# The baselines' acceptance sweeps on main with in-place all-gathers read in place and staged
+# reduce-scatters up to 1 MiB, three launches each, taking turns: ring against raw mpi4py, MPI behind our API and
 # DeepSpeed's raw op on the same arrays (sweep-N); ring against raw MPI with fresh views per call
 # (fresh-N); in place (in-place-N); 1-16 KiB calls through dist.* beside raw MPI, the same tensors
 # (small-N) and fresh views (small-fresh-N); heap arrays beside raw MPI and DeepSpeed (heap-N); the
-# 4-64 MiB all-gathers beside the copies alone (ceiling-N). 2 ranks; DeepSpeed from
+# 4-64 MiB all-gathers beside the copies alone (ceiling-N); the in-place all-reduce beside DeepSpeed's op,
+# which always reduces in place (ds-in-place-N). 2 ranks; DeepSpeed from
 # `make bench-peers`. Then bench/ratios.py's medians into tables.md and summary.py into summary.md.
 # Run from the checkout's root.
 set -e
@@ -26,11 +27,16 @@ for i in 1 2 3; do
   $R --op all_reduce --algorithm ring,mpi,deepspeed --symmetric --json $D/heap-$i.json > $D/heap-$i.txt 2>&1
   $M -b 4M -e 64M -f 4 --op all_gather --algorithm ring,mpi,copy --json $D/ceiling-$i.json > $D/ceiling-$i.txt 2>&1
 done
+for i in 1 2 3; do
+  $R --op all_reduce --algorithm ring,mpi,deepspeed --in-place --json $D/ds-in-place-$i.json > $D/ds-in-place-$i.txt 2>&1
+done
 {
   echo "## sweep: ring vs raw MPI"; .venv/bin/python bench/ratios.py $D/sweep-[0-9].json --vs mpi
   echo; echo "## sweep: ring vs DeepSpeed"; .venv/bin/python bench/ratios.py $D/sweep-[0-9].json --vs deepspeed
   echo; echo "## fresh: ring vs raw MPI"; .venv/bin/python bench/ratios.py $D/fresh-[0-9].json --vs mpi
   echo; echo "## in place: ring vs raw MPI (MPI.IN_PLACE)"; .venv/bin/python bench/ratios.py $D/in-place-[0-9].json --vs mpi
+  echo; echo "## in place (DeepSpeed's own form): ring vs DeepSpeed"
+  .venv/bin/python bench/ratios.py $D/ds-in-place-[0-9].json --vs deepspeed
   echo; echo "## heap arrays: ring vs DeepSpeed"; .venv/bin/python bench/ratios.py $D/heap-[0-9].json --vs deepspeed
   echo; echo "## heap arrays: ring vs raw MPI"; .venv/bin/python bench/ratios.py $D/heap-[0-9].json --vs mpi
   echo; echo "## all-gather against the copies alone (> 1: faster than the copies)"
