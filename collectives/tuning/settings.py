@@ -97,8 +97,9 @@ SETTINGS = (
             "in-place all-gathers (x inside out, FSDP2's form) with pieces up to this size are staged, past "
             "cma_min_bytes too (no wait for readers); larger pieces are read in place (0: from cma_min_bytes, "
             "as out of place)",
-            "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): read in place 1.03-1.33x raw MPI's in-place "
-            "all-gather at 16 KiB-2 MiB of out, staged 0.42-1.08x (bench/results/2026-12-07-cpu2h-in-place/); "
+            "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): read in place 1.00-1.78x raw MPI's in-place "
+            "all-gather at every size, staged 0.40-0.97x at 16 KiB-1 MiB of out (medians of three launches; "
+            "bench/results/2026-12-07-cpu2h-in-place/); "
             "on an AMD EPYC VM (32 MiB L3) staged won, 4.6-5.4x at 16 KiB and 2.1x at 1 MiB against 1.04-1.3x "
             "(bench/results/2026-12-03-cpu2e-in-place/): bench/tune.py --only cma measures it"),
     Setting("stage_max_broadcast", 2 * MiB, None, "staged broadcasts up to this size",
