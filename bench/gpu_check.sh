@@ -43,6 +43,11 @@
 #                      bench/gpu_ring_pair.py: two processes without MPS (the handshake probe must refuse)
 #                      and under an MPS daemon this step starts and stops (both must accept, exact).
 #                      Not in the default list: --only kring (or --only all,kring)
+#   ranks      420 s   the CPU sweep on the machine's cores at 4 and 8 ranks (RANKS=4,8, RANKS_MAX=64M):
+#                      bench/rank_sweep.py, ring against raw MPI on ordinary and heap arrays, and
+#                      bench/tune.py's crossovers beside the table's defaults (measured at 2 ranks on
+#                      2 cores), into ranks.json. Not in the default list: run it as its own call,
+#                      TOTAL_S=480 bash bench/gpu_check.sh --only ranks (about 7 minutes)
 #
 # On the host stand-in (bench/cupy_on_host: the kernels built by g++ on CPU threads, device memory
 # in host memory), which bench/stand_in.py recognizes by its marker alone, every step runs with
@@ -55,7 +60,7 @@
 # Output: one "PASS name: ..." or "FAIL name: ..." line per check, plus the figures (INFO), on stdout
 # and in summary.txt. Files (at most 8) go to $OUT when set, else bench/results/DATE-gpu-TIME/:
 #   summary.txt  log.txt  facts.txt  kernels.json  ring.json  defects.json  ring-mps.json (mps step)
-#   gpu-ring.json (kring step)
+#   gpu-ring.json (kring step)  ranks.json (ranks step)
 # Exit status: 0 when every check passed, 1 when one failed, 2 when the GPU stack is missing.
 TOTAL_S=${TOTAL_S:-330}
 # (the timeouts are the numbers in the run_step lines below; prereq's waits are 15 s per
@@ -68,9 +73,9 @@ case "${1:-}" in
     "") ;;
     *) echo "usage: bash bench/gpu_check.sh [--only STEP,STEP,...]" >&2; exit 2;;
 esac
-want() {  # want STEP: the step is in --only's list ("all": every default step); mps, kring only when named
+want() {  # want STEP: the step is in --only's list ("all": every default step); mps, kring, ranks only when named
     [[ "$ONLY" == *",$1,"* ]] && return 0
-    [ "$1" != mps ] && [ "$1" != kring ] && { [ -z "$ONLY" ] || [[ "$ONLY" == *",all,"* ]]; }
+    [ "$1" != mps ] && [ "$1" != kring ] && [ "$1" != ranks ] && { [ -z "$ONLY" ] || [[ "$ONLY" == *",all,"* ]]; }
 }
 cd "$(dirname "$0")/.." || exit 2
 REPO=$PWD
@@ -322,6 +327,10 @@ step_kring() {  # the GPU kernel ring: virtual ranks on this GPU, then two proce
     tail -3 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null
     return "$s"
 }
+step_ranks() {  # the CPU sweep and the crossovers at more ranks (bench/rank_sweep.py), into ranks.json
+    "$PY" bench/rank_sweep.py --ranks "${RANKS:-4,8}" --max "${RANKS_MAX:-64M}" --out "$RZ_GPU_CHECK_OUT/ranks.json" \
+        --log "$RZ_GPU_CHECK_OUT/log.txt"
+}
 step_torch() {
     local cpu="" on=""
     if [ "$STAND_IN" = 1 ]; then
@@ -334,7 +343,7 @@ step_torch() {
     else echo "FAIL torch: tests/mpi/torch_cuda_check.py${cpu:+ $cpu} exit status $s"; fi
     return "$s"
 }
-export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch step_mps step_kring
+export -f step_kernels step_defects step_bandwidth step_ring step_zero step_torch step_mps step_kring step_ranks
 export PATH PYTHONPATH
 
 want kernels && run_step kernels 60 step_kernels
@@ -351,8 +360,9 @@ if [ "$MPI_OK" = 1 ]; then
     fi
     want zero && run_step zero 35 step_zero
     want mps && run_step mps 60 step_mps
+    want ranks && run_step ranks 420 step_ranks
 else
-    result FAIL "ring, zero, torch, mps: not run, no working MPI"
+    result FAIL "ring, zero, torch, mps, ranks: not run, no working MPI"
 fi
 want kring && run_step kring 200 step_kring  # needs no MPI: its two processes meet through files
 

@@ -315,3 +315,25 @@ def test_consume_reads_every_result_after_its_call(tmp_path):
     assert len(recs) == 2 * 2 * 2
     for r in recs:
         assert r["wrong"] == 0 and r["consume"] is True, r
+
+
+def test_rank_sweep_sums_up_each_launch(tmp_path):
+    """bench/rank_sweep.py (the GPU check's ranks step): a sweep and a heap sweep on 2 ranks and
+    tune.py there, each launch's records or tuning file in one JSON by name, an INFO line each
+    with ring's lowest and highest ratio to raw MPI, and PASS ranks-wrong."""
+    out = tmp_path / "ranks.json"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "rank_sweep.py"), "--ranks", "2", "--max", "256K",
+                        "--rounds", "2", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                       env=mpi_env(), cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert set(got["launches"]) == {"sweep-n2", "tune-n2", "heap-n2"}
+    for name, e in got["launches"].items():
+        assert e["status"] == 0 and e["ranks"] == 2 and "data" in e, (name, e)
+    assert {r["op"] for r in got["launches"]["sweep-n2"]["data"]} == {"all_reduce", "reduce_scatter", "all_gather"}
+    assert all(r["buffers"] != "numpy" for r in got["launches"]["heap-n2"]["data"])
+    assert "stage_max_all_reduce" in got["launches"]["tune-n2"]["data"]["values"]
+    assert "INFO ranks-sweep-n2: ring vs raw MPI all_reduce" in p.stdout
+    assert "INFO ranks-tune-n2: " in p.stdout and "(table " in p.stdout
+    assert "PASS ranks-wrong: #wrong 0 in every row of sweep-n2, heap-n2" in p.stdout
+    assert (tmp_path / "ranks-log.txt").read_text().count("$ ") == 3  # each launch's command, then its output
