@@ -47,7 +47,7 @@
 #                      bench/rank_sweep.py, ring against raw MPI on ordinary and heap arrays, and
 #                      bench/tune.py's crossovers beside the table's defaults (measured at 2 ranks on
 #                      2 cores), into ranks.json. Not in the default list: run it as its own call,
-#                      TOTAL_S=480 bash bench/gpu_check.sh --only ranks (about 7 minutes)
+#                      TOTAL_S=480 bash bench/gpu_check.sh --only ranks (an estimated 7 minutes)
 #
 # On the host stand-in (bench/cupy_on_host: the kernels built by g++ on CPU threads, device memory
 # in host memory), which bench/stand_in.py recognizes by its marker alone, every step runs with
