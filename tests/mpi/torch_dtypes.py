@@ -240,4 +240,5 @@ if "--objects" not in sys.argv:
 from mpi4py import MPI  # noqa: E402  (initialised already, by the backend)
 
 MPI.COMM_WORLD.Barrier()  # the absent rank is back
+dist.destroy_process_group()  # before the interpreter ends: no Gloo thread is left to the exit
 sys.exit(1 if failures else 0)
