@@ -46,24 +46,21 @@ def measure_membw(nbytes: int = 128 << 20, repeats: int = 5) -> float:
 
 def copy_ways(sizes_mib=(1, 4, 32), repeats: int = 10) -> dict:
     """{(way, MiB): GB/s of the bytes copied}, best of ``repeats``, for the ways ``--ways`` names."""
-    import ctypes
     import os
     import sys
 
     # the package, not bench/collectives.py
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from collectives.fast.codes import C
+    from collectives.symmetric.cma import Remote, read  # the direct roads' own process_vm_readv
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    iov = ctypes.c_void_p * 2  # struct iovec {base, len}
     out = {}
     for mib in sizes_mib:
         src = np.ones((mib << 20) // 8, np.float64)
         dst = np.zeros_like(src)
         a, b, n = dst.ctypes.data, src.ctypes.data, src.nbytes
-        local, remote = iov(a, n), iov(b, n)
-        ways = {"numpy": lambda: np.copyto(dst, src),
-                "readv": lambda: libc.process_vm_readv(os.getpid(), local, 1, remote, 1, 0)}
+        peer = Remote(os.getpid(), b, n, 0)  # this process read as a peer
+        ways = {"numpy": lambda: np.copyto(dst, src), "readv": lambda: read(dst, peer)}
         if C is not None:
             ways["stream"] = lambda: C.stream(a, b, n)
         for name, f in ways.items():

@@ -58,11 +58,6 @@ def ratios(records: list[dict]) -> dict:
     return out
 
 
-def size(text: str) -> int:
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
-    return int(float(text[:-1] if mult > 1 else text) * mult)
-
-
 def human(b: int) -> str:
     for unit, k in (("M", 1 << 20), ("K", 1 << 10)):
         if b >= k and b % k == 0:
@@ -82,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--log", default=None, help="the launches' output (default: ranks-log.txt beside --out, or none)")
     a = ap.parse_args(argv)
     ranks = [int(v) for v in a.ranks.split(",") if v]
-    top = human(size(a.max))
+    top = a.max  # as bench/collectives.py's -e and bench/tune.py's --max-bytes read it (K, M, G)
     sweep = ["bench/collectives.py", "-b", "1K", "-e", top, "-f", "4", "-r", str(a.rounds), "--algorithm", "ring,mpi"]
     plan = [(f"sweep-n{n}", n, sweep) for n in ranks]
     if a.tune:
