@@ -2,7 +2,7 @@
 
 A call repeated on the same arrays (a plan hit, plan.py) takes the same steps
 every time. After the Python path has run a plan's call once, ``build`` writes
-those steps down for the road that call took (direct, one-phase or push):
+those steps down for the road that call took (direct, one-phase or push; calls.py):
 the stage copy, the header post, every wait, header check, reduction and
 copy, with every address resolved, one program per epoch parity (headers and
 stage halves alternate by call). ``Program.run`` executes it in one C call
@@ -32,7 +32,7 @@ from ..errors import CollectiveError
 from ..roads import IN_C, Road
 from ..symmetric.cma import address
 from ..symmetric.signals import CMA_WIN, READY
-from . import writer
+from . import calls, writer
 from .codes import C
 
 MAX_REBUILDS = 4  # peers keep changing their arrays under one plan: stay in Python
@@ -154,16 +154,16 @@ def build(comm, p, xa, oa, events=None):
     oloc = None
     if kind == "all_reduce":
         op, xloc, oloc = p.args
-        ok = writer.all_reduce(w, d, x, out, op, xloc, oloc, road)
+        ok = calls.all_reduce(w, d, x, out, op, xloc, oloc, road)
     elif kind == "reduce_scatter":
         op, counts, xloc = p.args
-        ok = writer.reduce_scatter(w, d, x, out, op, counts, xloc)
+        ok = calls.reduce_scatter(w, d, x, out, op, counts, xloc)
     elif kind == "all_gather":
         counts, xloc, oloc = p.args
-        ok = writer.all_gather(w, d, x, out, counts, xloc, oloc, road)
+        ok = calls.all_gather(w, d, x, out, counts, xloc, oloc, road)
     elif kind == "broadcast":
         root, xloc = p.args
-        ok = writer.broadcast(w, d, x, out, root, xloc)
+        ok = calls.broadcast(w, d, x, out, root, xloc)
     else:
         return None
     if not ok:

@@ -127,6 +127,18 @@ SETTINGS = (
             "from 16 KiB pieces on the second; bench/results/2026-12-02-cpu2b-all-gather/, "
             "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt; broadcasts on the second: "
             "bench/results/2026-12-02-cpu2b-broadcast/"),
+    Setting("cma_max_all_reduce", 256 * MiB, "COLLECTIVES_CMA_MAX_ALL_REDUCE",
+            "private all-reduces in place past stage_max_all_reduce and up to this size are read in place: every "
+            "rank reduces its segment from its peers' x (process_vm_readv), then reads their reduced segments "
+            "(0: never; they take the staged-ring)",
+            "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): read in place 1.24-3.12x raw MPI's in-place "
+            "all-reduce from 3 to 64 MiB, where the staged-ring is 0.84-2.04x; 0.86x at 1.5 MiB against 0.73x; "
+            "level with it at 256 MiB (medians of three launches; bench/results/2026-12-07-cpu2h-cma-all-reduce/)"),
+    Setting("cma_chunk_bytes", 512 * KiB, "COLLECTIVES_CMA_CHUNK",
+            "an all-reduce read in place reads each peer's segment in chunks of this size into scratch, reduced "
+            "while in cache",
+            "2 ranks on a 2-core Intel VM (2 MiB L2): the best of 128 KiB-1 MiB at 4-16 MiB, single launches "
+            "(bench/results/2026-12-07-cpu2h-cma-all-reduce/README.md)"),
     Setting("stream_min_bytes", 0, "COLLECTIVES_STREAM_MIN",
             "copies and reductions this large into the caller's out (an all-gather's own piece, a piece from a "
             "peer's heap or stage window, a broadcast's, a one-phase all-reduce's or a reduce-scatter's result) "
