@@ -50,6 +50,15 @@ def test_new_arrays_run_relocated_programs_and_the_table_stays_bounded():
         assert r["most"]["entries"] <= 64 and r["most"]["templates"] <= 16 and r["most"]["plans"] <= MAX_PLANS, r
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_programs_written_for_neighbouring_x_and_out_relocate_each_apart(n):
+    """A shape's first call with out right after x in one buffer (out's first byte is x's
+    end): its programs, relocated for new arrays, write only into the new out, exact."""
+    for r in _run(n, "neighbours"):
+        assert r["nfail"] == 0, r["failures"]
+        assert r["relocated"] >= 8, r
+
+
 def test_torch_views_run_in_c():
     pytest.importorskip("torch")
     for r in _run(2, "torch"):

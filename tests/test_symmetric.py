@@ -83,14 +83,14 @@ def test_staged_ordinary_arrays_take_the_direct_path():
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_in_place_all_reduce_read_in_place(n):
-    """Private arrays reduced in place past the stage limit: every x read in place, exact
-    (every op, several dtypes, several chunks), in Python and as C programs, for the same
-    arrays, fresh views and new arrays; mixed calls agree on the staged-ring."""
+    """Private arrays past the stage limit, in and out of place: every x and out read in
+    place, exact (every op, several dtypes, several chunks), in Python and as C programs,
+    for the same arrays, fresh views and new arrays; a heap x on one rank: the staged-ring."""
     proc = run_mpi(n, "cma_all_reduce_check.py", timeout=300)
     lines = [json.loads(s) for s in proc.stdout.splitlines() if s.startswith("{")]
     assert proc.returncode == 0 and len(lines) == n, proc.stdout[-3000:] + proc.stderr[-3000:]
     for res in lines:
-        assert res["failures"] == [] and res["cases"] >= 100, res
+        assert res["failures"] == [] and res["cases"] >= 200, res
         assert res["c_runs"] > 0, res  # the repeated calls ran as C programs
 
 

@@ -13,7 +13,7 @@ from ..host.schedule import offsets
 from ..roads import Road
 from ..safety.agree import NF
 from ..symmetric import stage
-from ..symmetric.allreduce import IN_PLACE, segments
+from ..symmetric.allreduce import segments
 from ..symmetric.cma import address
 from ..symmetric.signals import CMA_WIN, DONE, INPUT, PRIVATE, READY, REDUCED, STAGE_WIN
 from .codes import C, c_reduces
@@ -24,7 +24,7 @@ def all_reduce(w, d, x, out, op, xloc, oloc, road) -> bool:
     if not c_reduces(dt, op):
         return False
     if road is Road.DIRECT and all(s[0] == CMA_WIN for s in w.src):
-        return _read_in_place(w, d, x, op)
+        return _read_in_place(w, d, x, out, op)
     if road is Road.PUSH:
         return _push(w, d, x, out, op, xloc, oloc)
     if road is not Road.ONE_PHASE:
@@ -150,36 +150,38 @@ def broadcast(w, d, x, out, root, xloc) -> bool:
     return True
 
 
-def _read_in_place(w, d, x, op) -> bool:
+def _read_in_place(w, d, x, out, op) -> bool:
     """The all-reduce read in place (allreduce.py's read_in_place): each chunk of our segment
-    read from every peer's x at the address it posts in this call, then reduced into ours;
-    REDUCED; every peer's reduced segment read into x once it says so; done, and the wait."""
+    of x read from every peer's x at the address it posts in this call, reduced into our
+    out; REDUCED; every peer's reduced segment read from its out (at its posted address)
+    into ours once it says so; done, and the wait."""
     n, r, dt = d.size, d.rank, x.dtype
-    if d.pids is None or tuple(w.dst[r]) != IN_PLACE:
+    if d.pids is None or w.dst[r][0] != CMA_WIN:
         return False
     isz = dt.itemsize
     counts = segments(x.size, n, dt)
     offs = offsets(counts)
-    mine = x[offs[r]:offs[r] + counts[r]]
+    a, b = offs[r], offs[r] + counts[r]
+    mine, ours = x[a:b], out[a:b]
     step = max(1, d.tuning.cma_chunk_bytes // isz)
     tmp = np.empty(step * (n - 1), dt)  # the programs' own scratch (kept with them)
     w.keep.append(tmp)
     for par in (0, 1):
-        if not w.start(par, x, None, IN_PLACE, x.nbytes):
+        if not w.start(par, x, None, (CMA_WIN, address(out)), x.nbytes):
             return False
         for lo in range(0, mine.size, step):
             c = min(step, mine.size - lo)
             bufs = [tmp[i * step:i * step + c] for i in range(n - 1)]
-            for b, q in zip(bufs, w.others):
-                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 1), (offs[r] + lo) * isz, address(b),
+            for buf, q in zip(bufs, w.others):  # x's address, posted at NF + 1
+                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 1), (a + lo) * isz, address(buf),
                           c * isz]
-            w.reduce(op, mine[lo:lo + c], [mine[lo:lo + c]] + bufs)
+            w.reduce(op, ours[lo:lo + c], [mine[lo:lo + c]] + bufs)
         w.cur += [C.RAISE, w.slot[r], REDUCED]
         for q in w.others:
             w.cur += [C.WAIT, w.slot[q], REDUCED, q, REDUCED]
-            if counts[q]:
-                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 1), offs[q] * isz,
-                          address(x[offs[q]:]), counts[q] * isz]
+            if counts[q]:  # out's address, posted at NF + 3
+                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 3), offs[q] * isz,
+                          address(out[offs[q]:]), counts[q] * isz]
         w.finish(0)
     return True
 

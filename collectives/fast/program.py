@@ -194,7 +194,8 @@ def steps(words):
     while words[at] != C.END:
         op = words[at]
         if op == C.POST:
-            size, addrs = 10, (5,) if words[at + 4] == CMA_WIN else ()
+            size = 10  # x's and out's addresses where they are read in place (cma.py)
+            addrs = tuple(i + 1 for i in (4, 6) if words[at + i] == CMA_WIN)
         elif op == C.REDUCE or op == C.SREDUCE:
             size = 6 + words[at + 5]
             addrs = (3,) + tuple(range(6, size))
@@ -206,15 +207,17 @@ def steps(words):
 
 def relocations(programs, ranges) -> np.ndarray:
     """(parity, word index, base, offset) for every word of ``programs`` (one per epoch
-    parity) that addresses memory in ``ranges`` ((address, bytes) of x, then of out; an
-    address at a range's end counts, for empty views), as int64 rows."""
+    parity) that addresses memory in ``ranges`` ((address, bytes) of x, then of out), as
+    int64 rows. An address inside a range belongs to it; one at a range's end (an empty
+    view) only where no range holds it: x and out may be neighbours in one buffer, and
+    out's first byte is then x's end."""
     out = []
     for par, words in enumerate(programs):
         for at, _, addrs in steps(words):
             for i in addrs:
                 a = words[at + i]
-                for base, (start, nbytes) in enumerate(ranges):
-                    if start <= a <= start + nbytes:
-                        out.append((par, at + i, base, a - start))
-                        break
+                hit = [b for b, (start, nbytes) in enumerate(ranges) if start <= a < start + nbytes] or \
+                      [b for b, (start, nbytes) in enumerate(ranges) if a == start + nbytes]
+                if hit:
+                    out.append((par, at + i, hit[0], a - ranges[hit[0]][0]))
     return np.array(out, dtype=np.int64).reshape(-1, 4)

@@ -50,7 +50,8 @@ class Writer:
     def lcheck(self, par):
         for q in self.others:  # a peer's input read in place may be anywhere in its memory, call to call
             src = (CMA_WIN, C.ANY) if self.src[q][0] == CMA_WIN else self.src[q]
-            self.cur += [C.LCHECK, self.area(q, par) + 8 * NF, *src, *self.dst[q]]
+            dst = (CMA_WIN, C.ANY) if self.dst[q][0] == CMA_WIN else self.dst[q]
+            self.cur += [C.LCHECK, self.area(q, par) + 8 * NF, *src, *dst]
 
     def copy(self, dst, src, into_out=False):
         """A COPY; into the caller's out (``into_out``), which no peer reads, from the

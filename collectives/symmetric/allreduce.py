@@ -10,13 +10,13 @@ it is there. One phase: every rank reduces the whole vector, in rank order,
 so every rank computes the same bits. roads.choose says which, from where
 every rank posted its buffers.
 
-Read in place (private arrays reduced in place, past the stage limit, up to the
-tuning's ``cma_max_all_reduce``): every rank offers its x (cma.py) and reduces
-its own segment of x chunk by chunk, each chunk of every peer's segment read
-with process_vm_readv into a small scratch that stays in cache; then REDUCED,
-and each peer's reduced segment is read straight into x. No stage copy, no
-point-to-point messages: the copies and the reduction MPI's in-place
-all-reduce makes, less the pass over a received segment in memory.
+Read in place (private arrays past the stage limit, up to the tuning's
+``cma_max_all_reduce``): every rank offers its x and out (cma.py) and reduces
+its own segment into out chunk by chunk, each chunk of every peer's segment of x
+read with process_vm_readv into a small scratch that stays in cache; then
+REDUCED, and each peer's reduced segment is read from its out straight into
+ours. No stage copy, no point-to-point messages: the copies and the reduction
+MPI's all-reduce makes, less the pass over a received segment in memory.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ from ..roads import Road
 from .cma import Remote, address, cma_read
 from .signals import CMA_WIN, PRIVATE, REDUCED, STAGE_WIN
 
-IN_PLACE = (CMA_WIN, 0)  # the posted destination of an all-reduce read in place: x itself
 
 
 def pushable(srcs, dsts, nbytes) -> bool:
@@ -80,17 +79,18 @@ class AllReduce:
         d = self.d
         n, dt, count, nbytes = d.size, x.dtype, x.size, x.nbytes
         offer = self.offers(x, out, op, xloc, oloc)
-        # destination: x itself when offered in place; out when in the heap; else our stage
-        # window when x is staged (our own copy: reduce there in place, STAGE_WIN); else symmetric scratch
-        dst = IN_PLACE if offer else oloc if oloc is not None else (STAGE_WIN, 0) if xloc is None \
+        # destination: out read in place (with x) when offered; out when in the heap; else our
+        # stage window when x is staged (our own copy: reduce there in place, STAGE_WIN); else symmetric scratch
+        dst = (CMA_WIN, address(out)) if offer else oloc if oloc is not None else (STAGE_WIN, 0) if xloc is None \
             else (PRIVATE, PRIVATE)
         base = d.start(ctx, hdr, x, xloc, nbytes, dst, leaves=d.leaves("all_reduce", nbytes, nbytes, dt, op),
                        offer=offer)
         offered = d.cached(("ar offered", d.key), lambda: [d.sig.loc(q, 0)[0] == CMA_WIN for q in range(n)])
-        if all(offered):  # every rank offered x in place (so every call is in place)
+        if all(offered):  # every rank offered its x and out
             d.road = Road.DIRECT
-            return self.read_in_place(ctx, base, x, op)
-        if any(offered):  # some did: nothing was staged, every rank takes the messages (agreed from the posts)
+            return self.read_in_place(ctx, base, x, out, op)
+        if any(offered):  # some did (another's is in the heap): nothing was staged, every rank takes the
+            # messages (agreed from the posts)
             d.road = Road.STAGED_RING
             return d.leave(ctx, base, "all_reduce", x, out, None, op)
         road = d.choose("all_reduce", nbytes, nbytes, dt, op,
@@ -122,43 +122,47 @@ class AllReduce:
         d.finish(ctx, base, None if xloc is None and oloc is None else 0)  # peers read our out when in the heap
 
     def offers(self, x, out, op, xloc, oloc) -> bool:
-        """Whether this rank offers x to be read in place: a private all-reduce in place (out
-        over x's very memory) that a staged call would take over messages (past
-        stage_max_all_reduce), up to cma_max_all_reduce, where the node's kernel allows it."""
+        """Whether this rank offers x and out to be read in place: a private all-reduce that a
+        staged call would take over messages (past stage_max_all_reduce), up to
+        cma_max_all_reduce, where the node's kernel allows it and no road is forced."""
         d = self.d
         return (xloc is None and oloc is None and d.pids is not None and 0 < x.nbytes <= d.tuning.cma_max_all_reduce
-                and out.nbytes == x.nbytes and address(out) == address(x)
+                and "all_reduce" not in d.forced
                 and d.if_staged("all_reduce", x.nbytes, x.nbytes, x.dtype, op) is Road.STAGED_RING)
 
-    def read_in_place(self, ctx, base, x, op):
-        """Every rank's x read in place: our segment reduced chunk by chunk (each peer's
-        chunk read into scratch, our own first), REDUCED, every peer's reduced segment read
-        into x, then done, and the wait for the peers reading ours."""
+    def read_in_place(self, ctx, base, x, out, op):
+        """Every rank's x and out read in place: our segment of out reduced chunk by chunk
+        (each peer's chunk of x read into scratch; our x first), REDUCED, every peer's
+        reduced segment read from its out into ours, then done, and the wait for the peers
+        reading ours. In place (out over x's memory) is safe: only we write our segment,
+        and we write a peer's only after its REDUCED, by which time it has read ours."""
         d = self.d
         sig, n, r, dt = d.sig, d.size, d.rank, x.dtype
-        xf, isz = flat(x), dt.itemsize
+        xf, of, isz = flat(x), flat(out), dt.itemsize
         counts = segments(xf.size, n, dt)
         offs = offsets(counts)
-        at = [sig.loc(q, 0)[1] for q in range(n)]
-        mine = xf[offs[r]:offs[r] + counts[r]]
+        src = [sig.loc(q, 0)[1] for q in range(n)]
+        dst = [sig.loc(q, 1)[1] for q in range(n)]
+        a, b = offs[r], offs[r] + counts[r]
+        mine, ours = xf[a:b], of[a:b]
         step = max(1, d.tuning.cma_chunk_bytes // isz)
         tmp = d.scratch_array(step * (n - 1), dt)
         for lo in range(0, mine.size, step):
             c = min(step, mine.size - lo)
             bufs = [tmp[i * step:i * step + c] for i in range(n - 1)]
-            for b, q in zip(bufs, sig.others):
-                cma_read(ctx, b, Remote(d.pids[q], at[q] + (offs[r] + lo) * isz, c * isz, sig.world[q]))
-            d.reduce(op, mine[lo:lo + c], [mine[lo:lo + c]] + bufs)
+            for buf, q in zip(bufs, sig.others):
+                cma_read(ctx, buf, Remote(d.pids[q], src[q] + (a + lo) * isz, c * isz, sig.world[q]))
+            d.reduce(op, ours[lo:lo + c], [mine[lo:lo + c]] + bufs)
         sig.flag[0] = base + REDUCED
         for q in sig.others:
             if sig.flags[q][0] < base + REDUCED:
                 sig.wait(ctx, q, base + REDUCED, "segment reduced")
-            cma_read(ctx, xf[offs[q]:offs[q] + counts[q]],
-                     Remote(d.pids[q], at[q] + offs[q] * isz, counts[q] * isz, sig.world[q]))
+            cma_read(ctx, of[offs[q]:offs[q] + counts[q]],
+                     Remote(d.pids[q], dst[q] + offs[q] * isz, counts[q] * isz, sig.world[q]))
         if ctx.tracer is not None:
-            d.trace(ctx, "direct reduce-scatter", [(q, r, mine.nbytes) for q in range(n)])
+            d.trace(ctx, "direct reduce-scatter", [(q, r, ours.nbytes) for q in range(n)])
             d.trace(ctx, "direct all-gather", [(q, q, counts[q] * isz) for q in range(n)])
-        d.finish(ctx, base, 0)  # peers read our x: wait until they are done
+        d.finish(ctx, base, 0)  # peers read our x and out: wait until they are done
 
     def push(self, ctx, base, op, plan, count, dt):
         d = self.d

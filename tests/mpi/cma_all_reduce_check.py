@@ -1,13 +1,13 @@
 """Run under mpirun -n N (2 or 3): the all-reduce read in place (symmetric/allreduce.py's
 read_in_place, fast/calls.py's program of it) exact against numpy.
 
-Private arrays reduced in place past the stage limit, every op, several dtypes,
+Private arrays past the stage limit, in and out of place, every op, several dtypes,
 sizes that split into several chunks and a remainder (cma_chunk_bytes set small
 here), segments that are not whole chunks; the same arrays again (the C
 program), a fresh view and a new array on every call (the lane's relocated
 programs); the road taken and the road ``Communicator.road`` names; a call where
-one rank reduces in place and another does not, and one where one rank's x is in
-the heap (both agreed from the posts: the staged-ring); and the tuning's
+one rank reduces in place and another does not (read in place too), and one where
+one rank's x is in the heap (agreed from the posts: the staged-ring); and the tuning's
 cma_max_all_reduce at 0 (the staged-ring again). Three ranks take the direct roads
 only where the tuning says their node size was measured (stage_ranks, set here).
 Prints one JSON line per rank: {"rank", "cases", "c_runs", "failures"}.
@@ -79,24 +79,31 @@ else:
         count = nbytes // dt.itemsize
         for op in ops:
             label = f"{dt} {nbytes} B {op}"
-            x = np.empty(count, dt)
-            said = comm.road("all_reduce", x, out=x, op=op).road
-            if said is not Road.DIRECT:
-                failures.append(f"{label}: road() said {said}")
+            x, out = np.empty(count, dt), np.empty(count, dt)
+            for o in (x, out):  # in place, then out of place
+                said = comm.road("all_reduce", x, out=o, op=op).road
+                if said is not Road.DIRECT:
+                    failures.append(f"{label}: road() said {said}")
             for call in range(3):  # the same arrays: the Python path, then the program
                 x[:] = inputs(count, dt, op, rank, call)
                 check(f"{label} #{call}", comm.all_reduce(x, out=x, op=op), expected(count, dt, op, call))
-            for call in range(3):  # a fresh view of x, then a new array, every call
+                x[:] = inputs(count, dt, op, rank, call)
+                check(f"{label} out #{call}", comm.all_reduce(x, out=out, op=op), expected(count, dt, op, call))
+                check(f"{label} out #{call} x", x, inputs(count, dt, op, rank, call))
+            for call in range(3):  # a fresh view of x, then new arrays, every call
                 x[:] = inputs(count, dt, op, rank, call)
                 v = x[:]
                 check(f"{label} view #{call}", comm.all_reduce(v, out=v, op=op), expected(count, dt, op, call))
                 y = inputs(count, dt, op, rank, call + 3)
                 check(f"{label} new #{call}", comm.all_reduce(y, out=y, op=op), expected(count, dt, op, call + 3))
+                y = inputs(count, dt, op, rank, call + 3)
+                o = np.empty_like(y)
+                check(f"{label} new out #{call}", comm.all_reduce(y, out=o, op=op), expected(count, dt, op, call + 3))
     count = (least + 4) // 4
     want = expected(count, np.float32, "sum")
     x = inputs(count, np.float32, "sum", rank)  # rank 0 in place, the others out of place
     out = x if rank == 0 else np.empty_like(x)
-    check("mixed in place", comm.all_reduce(x, out=out), want, Road.STAGED_RING)
+    check("mixed in place", comm.all_reduce(x, out=out), want)
     h = comm.alloc((count,), np.float32)  # (collective: every rank allocates)
     h = h if rank == 0 else np.empty(count, np.float32)
     h[:] = inputs(count, np.float32, "sum", rank)  # rank 0's x in the heap, the others' private

@@ -5,6 +5,9 @@
   lane_check.py new       new arrays at new addresses (a ring of buffers): exact, relocated
                           programs run them, and the table stays bounded while callers
                           cycle through many buffers and shapes
+  lane_check.py neighbours  the first call's x and out side by side in one buffer (out's first
+                          byte is x's end), then new arrays apart: the relocated programs write
+                          only out (guards around it stay zero), exact
   lane_check.py torch     fresh torch views through the Communicator: exact, in C
   lane_check.py mismatch  after many lane calls, ranks disagree: MismatchError on every rank
 Prints one JSON line per rank: {"rank", "cases", "failures", "nfail", ...}.
@@ -123,6 +126,36 @@ def new():
     comm.close()
 
 
+def neighbours():
+    comm = Communicator(timeout=60)
+    past = (comm.tuning.stage_max_all_reduce // 4 // n + 64) * n  # (two ranks) the all-reduce read in place
+    for count in (256 * n, past):
+        for kind in ("ar", "ag"):
+            piece = count // n
+            nx = count if kind == "ar" else piece
+            buf = np.zeros(nx + count, np.float32)  # x, then out right after it
+            for call in range(6):
+                xs = [data(count, q, call) for q in range(n)]
+                want = np.sum(xs, axis=0) if kind == "ar" else np.concatenate([v[:piece] for v in xs])
+                if call < 2:
+                    x, out = buf[:nx], buf[nx:]
+                else:  # new arrays apart, with guards on both sides of out
+                    x = np.empty(nx, np.float32)
+                    guard = np.zeros(3 * count, np.float32)
+                    out = guard[count:2 * count]
+                x[:] = xs[rank][:nx]
+                if kind == "ar":
+                    comm.all_reduce(x, out=out)
+                else:
+                    comm.all_gather(x, out=out)
+                check(f"neighbours {kind} {count} #{call}", out, want)
+                check(f"neighbours {kind} {count} #{call} x", x, xs[rank][:nx])
+                if call >= 2 and (guard[:count].any() or guard[2 * count:].any()):
+                    failures.append(f"neighbours {kind} {count} #{call}: wrote outside out")
+    extra["relocated"] = comm.lane.stats()["relocated"]
+    comm.close()
+
+
 def torch_views():
     import torch
 
@@ -158,5 +191,5 @@ def mismatch():
     comm.close()
 
 
-{"fresh": fresh, "new": new, "torch": torch_views, "mismatch": mismatch}[mode]()
+{"fresh": fresh, "new": new, "neighbours": neighbours, "torch": torch_views, "mismatch": mismatch}[mode]()
 print(json.dumps(dict(rank=rank, cases=cases, failures=failures[:10], nfail=len(failures), **extra)), flush=True)

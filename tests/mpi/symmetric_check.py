@@ -376,11 +376,14 @@ def defaults():
     item = 4
     for kind, limit in STAGE_MAX_BYTES.items():
         k = limit // item
-        # all-gather pieces and a broadcast root's private input past the limit are read in place
+        # all-gather pieces, a broadcast root's private input and all-reduces past the limit are read in place
         # (process_vm_readv, cma.py) where the kernel allows it: the direct path at every size, no stage copy
         above = "direct" if kind in ("all_gather", "broadcast") and sym.direct.pids is not None else "ring"
         for count, want_path in ((k, "direct"), (k + 64, above)):
             for mixed in (False, True):
+                # so are all-reduces (x and out) up to cma_max_all_reduce, unless one is in the heap (mixed)
+                path = "direct" if kind == "all_reduce" and count > k and not mixed and sym.direct.pids is not None \
+                    else want_path
                 def run(c, x):
                     if kind == "all_reduce":
                         return c.all_reduce(x), expected(count, np.float32, "sum")
@@ -396,8 +399,8 @@ def defaults():
                 root = n - 1 if kind == "broadcast" else None
                 (got, want), paths = _paths(comm, lambda: run(comm, x), root)
                 check(label, got, want)
-                if paths != {want_path}:
-                    failures.append(f"{label}: paths {sorted(paths)}, want {want_path} (limit {limit})")
+                if paths != {path}:
+                    failures.append(f"{label}: paths {sorted(paths)}, want {path} (limit {limit})")
                 if not mixed:  # =0: the ring; =1: staged at every size
                     for c, forced in ((off, "ring"), (on, "direct")):
                         (got, want), paths = _paths(c, lambda: run(c, x), root)
