@@ -72,6 +72,39 @@ def test_reduce_kernel_matches_numpy_bit_for_bit(dtype, op, code):
                 assert first.tobytes() == want.tobytes(), (k, count, "in place")
 
 
+@pytest.mark.parametrize("dtype,op", CASES)
+def test_reduce_kernel_with_dst_just_above_a_source_modulo_4k(dtype, op):
+    """dst a few bytes above a source modulo 4 KiB (out right after x in malloc's heap): the
+    kernel reduces a tile at a time then (wait.c's aliases_4k), with the same bits, whole
+    tiles and a remainder, in place with another source so placed too, and writes nothing
+    outside dst."""
+    rng = np.random.default_rng(11)
+    f = OPS[op][1]
+    item = np.dtype(dtype).itemsize
+    for k in (2, 3):
+        for count in (1024 // item * 2, 5000, 12345):
+            srcs = list(_inputs(dtype, k, count, rng))
+            want = srcs[0].copy()
+            with np.errstate(all="ignore"):
+                for s in srcs[1:]:
+                    want = f(want, s)
+            for above in (16, 64, 1000):  # bytes above srcs[1]'s offset within a page
+                room = np.zeros((4096 + count * item + 8192) // item, dtype)
+                a = np.zeros((4096 + count * item) // item, dtype)
+                one = a[(-a.ctypes.data % 4096) // item:][:count]  # srcs[1] on a page's start
+                one[:] = srcs[1]
+                lo = ((-room.ctypes.data % 4096) + above) // item
+                dst = room[lo:lo + count]
+                got = [srcs[0], one] + srcs[2:]
+                assert fastpath.run(_reduce_program(dtype, op, dst, got).ctypes.data, 0, 1e18, *PACE) == 0
+                assert dst.tobytes() == want.tobytes(), (k, count, above)
+                assert not room[:lo].any() and not room[lo + count:].any(), (k, count, above)
+                dst[:] = srcs[0]  # in place: dst is the first source, the second just below it modulo 4 KiB
+                assert fastpath.run(_reduce_program(dtype, op, dst, [dst] + got[1:]).ctypes.data, 0, 1e18,
+                                    *PACE) == 0
+                assert dst.tobytes() == want.tobytes(), (k, count, above, "in place")
+
+
 def test_waits_end_at_the_deadline_and_name_the_wait():
     """A WAIT on a flag nobody raises returns 1 + its word index at the deadline."""
     flag = np.zeros(1, np.int64)

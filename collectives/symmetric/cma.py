@@ -16,7 +16,8 @@ readers, see ``offers``); each peer reads
 it straight into its ``out`` with ``process_vm_readv``, and the owner waits
 until every peer is done reading before it returns, as a heap input's owner
 does. A broadcast's root offers its private input the same way from
-``cma_min_bytes``; ``offers`` is the one rule for both. Used where the node's
+``cma_min_bytes``; ``offers`` is the one rule for both. An all-reduce past the
+stage limit offers its x and out (allreduce.py's ``offers`` and ``read_in_place``). Used where the node's
 ranks agreed at start that the kernel allows it (``probe``: same user, no
 ptrace restriction) and the tuning table's ``cma`` is on. A C program reads
 the address each peer posts in every call, so a peer may pass a new array each
