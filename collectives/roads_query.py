@@ -61,8 +61,9 @@ def _direct(comm, kind, p, xa, oa, forced) -> Choice:
               comm.size, direct=True, in_place=p.in_place)
     d = comm.symmetric.direct
     if kind == "all_reduce" and d.all_reduce_.offers(x, oa.host.reshape(-1), args[0], xloc, oloc):
-        return Choice(Road.DIRECT, f"{nbytes} bytes past stage_max_all_reduce up to cma_max_all_reduce: every "
-                                   "rank's x and out read in place (assuming every rank passes arrays like these)")
+        return Choice(Road.DIRECT, f"{nbytes} bytes past stage_max_all_reduce (out of place: from "
+                                   "cma_min_all_reduce) up to cma_max_all_reduce: every rank's x and out read in place "
+                                   "(assuming every rank passes arrays like these)")
     offered = kind in ("all_gather", "broadcast") and offers(d, kind, x, None if oa is None else oa.host, xloc, piece)
     staged = xloc is None and not offered
     if kind == "all_gather":

@@ -59,9 +59,10 @@ ROWS = (
         ("cuda_ring", "cuda_oneshot_max_bytes", "cuda_twoshot_max_bytes", "cuda_slot_bytes")),
     Row(Road.DIRECT, DATA + ("barrier",), "every rank reads its peers' heap buffers in place (pull)",
         "heap arrays, or staged ordinary ones, on one node, where no other direct road applies; private "
-        "all-reduces past stage_max_all_reduce up to cma_max_all_reduce, read with process_vm_readv",
-        ("stage", "cma", "cma_min_bytes", "stage_max_in_place", "cma_max_all_reduce", "cma_chunk_bytes",
-         "reduce_chunk_bytes", "stream_min_bytes")),
+        "all-reduces past stage_max_all_reduce (out of place from cma_min_all_reduce) up to cma_max_all_reduce, "
+        "read with process_vm_readv",
+        ("stage", "cma", "cma_min_bytes", "stage_max_in_place", "cma_min_all_reduce", "cma_max_all_reduce",
+         "cma_chunk_bytes", "reduce_chunk_bytes", "stream_min_bytes")),
     Row(Road.ONE_PHASE, ("all_reduce",), "every rank reduces the whole vector from its peers' buffers",
         "direct all-reduces up to one_phase_bytes; on two ranks staged ones, and heap ones up to one_phase_2_bytes "
         "that neither push nor reduce in place", ("one_phase_bytes", "one_phase_2_bytes")),

@@ -10,13 +10,14 @@ it is there. One phase: every rank reduces the whole vector, in rank order,
 so every rank computes the same bits. roads.choose says which, from where
 every rank posted its buffers.
 
-Read in place (private arrays past the stage limit, up to the tuning's
-``cma_max_all_reduce``): every rank offers its x and out (cma.py) and reduces
-its own segment into out chunk by chunk, each chunk of every peer's segment of x
-read with process_vm_readv into a small scratch that stays in cache; then
-REDUCED, and each peer's reduced segment is read from its out straight into
-ours. No stage copy, no point-to-point messages: the copies and the reduction
-MPI's all-reduce makes, less the pass over a received segment in memory.
+Read in place (private arrays past the stage limit, or out of place from the
+tuning's ``cma_min_all_reduce``, up to ``cma_max_all_reduce``): every rank
+offers its x and out (cma.py) and reduces its own segment into out chunk by
+chunk, each chunk of every peer's segment of x read with process_vm_readv into
+a small scratch that stays in cache; then REDUCED, and each peer's reduced
+segment is read from its out straight into ours. No stage copy, no
+point-to-point messages: the copies and the reduction MPI's all-reduce makes,
+less the pass over a received segment in memory.
 """
 from __future__ import annotations
 
@@ -122,13 +123,17 @@ class AllReduce:
         d.finish(ctx, base, None if xloc is None and oloc is None else 0)  # peers read our out when in the heap
 
     def offers(self, x, out, op, xloc, oloc) -> bool:
-        """Whether this rank offers x and out to be read in place: a private all-reduce that a
-        staged call would take over messages (past stage_max_all_reduce), up to
-        cma_max_all_reduce, where the node's kernel allows it and no road is forced."""
-        d = self.d
-        return (xloc is None and oloc is None and d.pids is not None and 0 < x.nbytes <= d.tuning.cma_max_all_reduce
-                and "all_reduce" not in d.forced
-                and d.if_staged("all_reduce", x.nbytes, x.nbytes, x.dtype, op) is Road.STAGED_RING)
+        """Whether this rank offers x and out to be read in place: a private all-reduce up to
+        cma_max_all_reduce that a staged call would take over messages (past
+        stage_max_all_reduce), or out of place from cma_min_all_reduce where it would not
+        pipe; where the node's kernel allows it and no road is forced."""
+        d, t = self.d, self.d.tuning
+        if xloc is not None or oloc is not None or d.pids is None or not 0 < x.nbytes <= t.cma_max_all_reduce \
+                or "all_reduce" in d.forced:
+            return False
+        road = d.if_staged("all_reduce", x.nbytes, x.nbytes, x.dtype, op)
+        return road is Road.STAGED_RING or (road is not Road.PIPE and x.nbytes >= t.cma_min_all_reduce
+                                            and address(out) != address(x))
 
     def read_in_place(self, ctx, base, x, out, op):
         """Every rank's x and out read in place: our segment of out reduced chunk by chunk

@@ -134,6 +134,10 @@ SETTINGS = (
             "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): read in place 1.24-3.12x raw MPI's in-place "
             "all-reduce from 3 to 64 MiB, where the staged-ring is 0.84-2.04x; 0.86x at 1.5 MiB against 0.73x; "
             "level with it at 256 MiB (medians of three launches; bench/results/2026-12-07-cpu2h-cma-all-reduce/)"),
+    Setting("cma_min_all_reduce", 256 * KiB, "COLLECTIVES_CMA_MIN_ALL_REDUCE",
+            "private all-reduces out of place from this size are read in place as past stage_max_all_reduce "
+            "(in place, staged up to stage_max_all_reduce)",
+            "MEASURING"),
     Setting("cma_chunk_bytes", 512 * KiB, "COLLECTIVES_CMA_CHUNK",
             "an all-reduce read in place reads each peer's segment in chunks of this size into scratch, reduced "
             "while in cache",

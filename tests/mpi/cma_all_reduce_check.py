@@ -1,7 +1,8 @@
 """Run under mpirun -n N (2 or 3): the all-reduce read in place (symmetric/allreduce.py's
 read_in_place, fast/calls.py's program of it) exact against numpy.
 
-Private arrays past the stage limit, in and out of place, every op, several dtypes,
+Private arrays past the stage limit, in and out of place, every op, several dtypes
+(and out of place from cma_min_all_reduce, below the stage limit, where in place is staged),
 sizes that split into several chunks and a remainder (cma_chunk_bytes set small
 here), segments that are not whole chunks; the same arrays again (the C
 program), a fresh view and a new array on every call (the lane's relocated
@@ -104,6 +105,18 @@ else:
     x = inputs(count, np.float32, "sum", rank)  # rank 0 in place, the others out of place
     out = x if rank == 0 else np.empty_like(x)
     check("mixed in place", comm.all_reduce(x, out=out), want)
+    # out of place from cma_min_all_reduce, below the stage limit: read in place; in place there: staged
+    small = (comm.tuning.cma_min_all_reduce + 4096) // 4
+    if small * 4 <= least:
+        want_small = expected(small, np.float32, "sum")
+        for call in range(3):
+            x = inputs(small, np.float32, "sum", rank)
+            check(f"{small * 4} B out #{call}", comm.all_reduce(x, out=np.empty_like(x)), want_small)
+            check(f"{small * 4} B in place #{call}", comm.all_reduce(x, out=x), want_small,
+                  Road.ONE_PHASE if n == 2 else Road.DIRECT)  # (staged: more than two ranks take two phases)
+            x = inputs(small, np.float32, "sum", rank)  # rank 0 in place (staged), the others read in place
+            check(f"{small * 4} B mixed #{call}", comm.all_reduce(x, out=x if rank == 0 else np.empty_like(x)),
+                  want_small, Road.STAGED_RING)
     h = comm.alloc((count,), np.float32)  # (collective: every rank allocates)
     h = h if rank == 0 else np.empty(count, np.float32)
     h[:] = inputs(count, np.float32, "sum", rank)  # rank 0's x in the heap, the others' private

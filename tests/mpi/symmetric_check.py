@@ -381,9 +381,12 @@ def defaults():
         above = "direct" if kind in ("all_gather", "broadcast") and sym.direct.pids is not None else "ring"
         for count, want_path in ((k, "direct"), (k + 64, above)):
             for mixed in (False, True):
-                # so are all-reduces (x and out) up to cma_max_all_reduce, unless one is in the heap (mixed)
-                path = "direct" if kind == "all_reduce" and count > k and not mixed and sym.direct.pids is not None \
-                    else want_path
+                # so are all-reduces (x and out) up to cma_max_all_reduce, out of place from cma_min_all_reduce
+                # below the limit too; unless one is in the heap (mixed): then every rank takes the ring
+                path = want_path
+                if kind == "all_reduce" and sym.direct.pids is not None and \
+                        (count > k or count * item >= comm.tuning.cma_min_all_reduce):
+                    path = "ring" if mixed else "direct"
                 def run(c, x):
                     if kind == "all_reduce":
                         return c.all_reduce(x), expected(count, np.float32, "sum")
