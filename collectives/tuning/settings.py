@@ -128,16 +128,19 @@ SETTINGS = (
             "bench/results/2026-12-01-cpu2-baselines/ag-stage-vs-cma.txt; broadcasts on the second: "
             "bench/results/2026-12-02-cpu2b-broadcast/"),
     Setting("cma_max_all_reduce", 256 * MiB, "COLLECTIVES_CMA_MAX_ALL_REDUCE",
-            "private all-reduces in place past stage_max_all_reduce and up to this size are read in place: every "
-            "rank reduces its segment from its peers' x (process_vm_readv), then reads their reduced segments "
-            "(0: never; they take the staged-ring)",
-            "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): read in place 1.24-3.12x raw MPI's in-place "
-            "all-reduce from 3 to 64 MiB, where the staged-ring is 0.84-2.04x; 0.86x at 1.5 MiB against 0.73x; "
-            "level with it at 256 MiB (medians of three launches; bench/results/2026-12-07-cpu2h-cma-all-reduce/)"),
+            "private all-reduces past stage_max_all_reduce (out of place: from cma_min_all_reduce) and up to this "
+            "size are read in place: every rank reduces its segment into out from its peers' x "
+            "(process_vm_readv), then reads their reduced segments from their out (0: never)",
+            "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3), medians of three launches: in place 1.17-3.00x "
+            "raw MPI from 3 to 64 MiB, where the staged-ring is 0.84-2.23x (0.84x at 1.5 MiB against 0.74x); "
+            "out of place 1.44-2.82x from 1 to 48 MiB against 1.16-2.69x, 2.41x at 64 MiB against 2.64x; "
+            "level at 256 MiB in place (bench/results/2026-12-07-cpu2h-cma-all-reduce/)"),
     Setting("cma_min_all_reduce", 256 * KiB, "COLLECTIVES_CMA_MIN_ALL_REDUCE",
             "private all-reduces out of place from this size are read in place as past stage_max_all_reduce "
             "(in place, staged up to stage_max_all_reduce)",
-            "MEASURING"),
+            "2 ranks on a 2-core Intel VM: out of place read in place 1.44-1.52x raw MPI from 256 KiB to 1 MiB "
+            "against 1.16-1.39x staged (medians of three launches), 0.92-1.01x at 160-200 KB in single launches; "
+            "in place the stage wins below its limit (a peer's just-written x reads slower) (bench/results/2026-12-07-cpu2h-cma-all-reduce/)"),
     Setting("cma_chunk_bytes", 512 * KiB, "COLLECTIVES_CMA_CHUNK",
             "an all-reduce read in place reads each peer's segment in chunks of this size into scratch, reduced "
             "while in cache",
