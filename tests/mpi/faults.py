@@ -69,7 +69,8 @@ try:
     elif case == "drop":  # rank 1 drops its data sends: its neighbour times out mid-ring
         if rank == 1:
             comm.transport.fault = lambda kind, peer, tag: tag == TAG_DATA
-        comm.all_reduce(np.ones(comm.tuning.stage_max_all_reduce // 2, np.float32))  # past the stage limit: the ring
+        comm.tuning.cma_max_all_reduce = 0  # past the stage limit, not read in place: the messages of the pair
+        comm.all_reduce(np.ones(comm.tuning.stage_max_all_reduce // 2, np.float32))
     elif case == "after_error":
         comm.all_reduce(x[: 10000 - rank])
     elif case == "late":  # rank 1 forwards its ring data two timeouts late; its right neighbour gives up first

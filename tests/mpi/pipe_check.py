@@ -177,6 +177,7 @@ def default():
         check(f"default all_gather {nbytes}", got, want, 0 < PIPE_MIN_BYTES["all_gather"] <= nbytes, before)
         roads[f"all_gather {nbytes}"] = comm.road_taken().value
     extra["pipe_min"] = PIPE_MIN_BYTES
+    extra["cma"] = comm.symmetric.direct.pids is not None  # private arrays read in place (cma.py)
 
 
 def mismatch():
