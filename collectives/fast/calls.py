@@ -164,8 +164,7 @@ def _read_in_place(w, d, x, out, op) -> bool:
     a, b = offs[r], offs[r] + counts[r]
     mine, ours = x[a:b], out[a:b]
     step = max(1, d.tuning.cma_chunk_bytes // isz)
-    tmp = np.empty(step * (n - 1), dt)  # the programs' own scratch (kept with them)
-    w.keep.append(tmp)
+    tmp = d.all_reduce_.scratch(step * (n - 1), dt)  # lives with the communicator, as the lane's copies may
     for par in (0, 1):
         if not w.start(par, x, None, (CMA_WIN, address(out)), x.nbytes):
             return False

@@ -32,7 +32,7 @@ from ..errors import CollectiveError
 from ..roads import IN_C, Road
 from ..symmetric.cma import address
 from ..symmetric.signals import CMA_WIN, READY
-from . import calls, writer
+from . import calls, lane, writer
 from .codes import C
 
 MAX_REBUILDS = 4  # peers keep changing their arrays under one plan: stay in Python
@@ -100,6 +100,8 @@ class Program:
         if rc == C.RC_CHANGED:  # peers passed other arrays: rewrite after this call, a few times
             p.in_c = self.rebuilds < MAX_REBUILDS
             p.program, p.rebuilds = None, self.rebuilds + 1
+            if comm.lane is not None:  # its copies of this program address what the program keeps alive
+                lane.spans(comm, comm.lane)
         return comm.execute(p, seq, xa, oa, None)
 
     @staticmethod

@@ -31,7 +31,6 @@ from .cma import Remote, address, cma_read
 from .signals import CMA_WIN, PRIVATE, REDUCED, STAGE_WIN
 
 
-
 def pushable(srcs, dsts, nbytes) -> bool:
     """Whether every rank's destination is in the heap and is either its source or
     clear of it (from the posted locations). Then each segment's owner writes it
@@ -75,6 +74,16 @@ class AllReduce:
 
     def __init__(self, d):
         self.d = d
+        self._scratch = []  # read_in_place's chunk buffers: kept while the communicator lives
+
+    def scratch(self, count, dt):
+        """``count`` elements of ``dt`` for read_in_place's chunks, in memory that lives as long
+        as the communicator: the C programs written for it (and the lane's copies of them,
+        which may outlive a program) address it."""
+        need = count * dt.itemsize
+        if not self._scratch or self._scratch[-1].nbytes < need:
+            self._scratch.append(np.empty(max(need, 64), np.uint8))  # the old ones stay alive
+        return self._scratch[-1][:need].view(dt)
 
     def run(self, ctx, hdr, x, out, op, xloc, oloc):
         d = self.d
@@ -90,7 +99,7 @@ class AllReduce:
         if all(offered):  # every rank offered its x and out
             d.road = Road.DIRECT
             return self.read_in_place(ctx, base, x, out, op)
-        if any(offered):  # some did (another's is in the heap): nothing was staged, every rank takes the
+        if any(offered):  # some did (another staged, or passed a heap array): every rank takes the
             # messages (agreed from the posts)
             d.road = Road.STAGED_RING
             return d.leave(ctx, base, "all_reduce", x, out, None, op)
@@ -151,7 +160,7 @@ class AllReduce:
         a, b = offs[r], offs[r] + counts[r]
         mine, ours = xf[a:b], of[a:b]
         step = max(1, d.tuning.cma_chunk_bytes // isz)
-        tmp = d.scratch_array(step * (n - 1), dt)
+        tmp = self.scratch(step * (n - 1), dt)
         for lo in range(0, mine.size, step):
             c = min(step, mine.size - lo)
             bufs = [tmp[i * step:i * step + c] for i in range(n - 1)]
