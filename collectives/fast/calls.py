@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..host.schedule import offsets
 from ..roads import Road
 from ..safety.agree import NF
 from ..symmetric import stage
-from ..symmetric.allreduce import segments
 from ..symmetric.cma import address
 from ..symmetric.signals import CMA_WIN, DONE, INPUT, PRIVATE, READY, REDUCED, STAGE_WIN
 from .codes import C, c_reduces
@@ -151,36 +149,25 @@ def broadcast(w, d, x, out, root, xloc) -> bool:
 
 
 def _read_in_place(w, d, x, out, op) -> bool:
-    """The all-reduce read in place (allreduce.py's read_in_place): each chunk of our segment
-    of x read from every peer's x at the address it posts in this call, reduced into our
-    out; REDUCED; every peer's reduced segment read from its out (at its posted address)
-    into ours once it says so; done, and the wait."""
-    n, r, dt = d.size, d.rank, x.dtype
-    if d.pids is None or w.dst[r][0] != CMA_WIN:
+    """The all-reduce read in place (allreduce.py's read_in_place, from its read_plan): each
+    chunk of our segment read from every peer's x at the address it posts in this call,
+    reduced into our out; REDUCED; every peer's reduced segment read from its out (at its
+    posted address) into ours once it says so; done, and the wait."""
+    if d.pids is None or w.dst[d.rank][0] != CMA_WIN:
         return False
-    isz = dt.itemsize
-    counts = segments(x.size, n, dt)
-    offs = offsets(counts)
-    a, b = offs[r], offs[r] + counts[r]
-    mine, ours = x[a:b], out[a:b]
-    step = max(1, d.tuning.cma_chunk_bytes // isz)
-    tmp = d.all_reduce_.scratch(step * (n - 1), dt)  # lives with the communicator, as the lane's copies may
+    plan = d.all_reduce_.read_plan(x, out)  # its scratch lives with the communicator, as the lane's copies may
     for par in (0, 1):
         if not w.start(par, x, None, (CMA_WIN, address(out)), x.nbytes):
             return False
-        for lo in range(0, mine.size, step):
-            c = min(step, mine.size - lo)
-            bufs = [tmp[i * step:i * step + c] for i in range(n - 1)]
-            for buf, q in zip(bufs, w.others):  # x's address, posted at NF + 1
-                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 1), (a + lo) * isz, address(buf),
-                          c * isz]
-            w.reduce(op, ours[lo:lo + c], [mine[lo:lo + c]] + bufs)
-        w.cur += [C.RAISE, w.slot[r], REDUCED]
-        for q in w.others:
+        for ours, srcs, at in plan.chunks:
+            for buf, q in zip(srcs[1:], w.others):  # x's address, posted at NF + 1
+                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 1), at, address(buf), buf.nbytes]
+            w.reduce(op, ours, srcs)
+        w.cur += [C.RAISE, w.slot[d.rank], REDUCED]
+        for q, seg, at in plan.gathers:
             w.cur += [C.WAIT, w.slot[q], REDUCED, q, REDUCED]
-            if counts[q]:  # out's address, posted at NF + 3
-                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 3), offs[q] * isz,
-                          address(out[offs[q]:]), counts[q] * isz]
+            if seg.size:  # out's address, posted at NF + 3
+                w.cur += [C.CMAREAD, d.pids[q], w.area(q, par) + 8 * (NF + 3), at, address(seg), seg.nbytes]
         w.finish(0)
     return True
 

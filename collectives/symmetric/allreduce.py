@@ -49,6 +49,16 @@ def overlapping(srcs, dsts, nbytes) -> bool:
     return any(s[0] == d[0] >= 0 and abs(s[1] - d[1]) < nbytes for s, d in zip(srcs, dsts))
 
 
+class ReadPlan(NamedTuple):
+    """An all-reduce read in place (AllReduce.read_plan): ``chunks``, each (our out's chunk,
+    [our x's chunk, then a scratch chunk per peer in signals' ``others`` order], the chunk's
+    byte offset in every x); ``gathers``, each (peer, its segment of our out, the segment's
+    byte offset in every out)."""
+
+    chunks: list
+    gathers: list
+
+
 class Pushed(NamedTuple):
     """A pushed all-reduce's plan: our segment's bytes and its chunks (push_plan)."""
 
@@ -144,6 +154,22 @@ class AllReduce:
         return road is Road.STAGED_RING or (road is not Road.PIPE and x.nbytes >= t.cma_min_all_reduce
                                             and address(out) != address(x))
 
+    def read_plan(self, x, out):
+        """read_in_place's steps for these x and out, shared with its C program (fast/calls.py):
+        ReadPlan's chunks of our segment, and every peer's segment of our out."""
+        d = self.d
+        n, r, dt = d.size, d.rank, x.dtype
+        xf, of, isz = flat(x), flat(out), dt.itemsize
+        offs = offsets(segments(xf.size, n, dt))
+        a, b = offs[r], offs[r + 1]
+        step = max(1, d.tuning.cma_chunk_bytes // isz)
+        tmp = self.scratch(step * (n - 1), dt)
+        chunks = []
+        for lo in range(a, b, step):
+            c = min(step, b - lo)
+            chunks.append((of[lo:lo + c], [xf[lo:lo + c]] + [tmp[i * step:i * step + c] for i in range(n - 1)], lo * isz))
+        return ReadPlan(chunks, [(q, of[offs[q]:offs[q + 1]], offs[q] * isz) for q in d.sig.others])
+
     def read_in_place(self, ctx, base, x, out, op):
         """Every rank's x and out read in place: our segment of out reduced chunk by chunk
         (each peer's chunk of x read into scratch; our x first), REDUCED, every peer's
@@ -151,31 +177,21 @@ class AllReduce:
         reading ours. In place (out over x's memory) is safe: only we write our segment,
         and we write a peer's only after its REDUCED, by which time it has read ours."""
         d = self.d
-        sig, n, r, dt = d.sig, d.size, d.rank, x.dtype
-        xf, of, isz = flat(x), flat(out), dt.itemsize
-        counts = segments(xf.size, n, dt)
-        offs = offsets(counts)
-        src = [sig.loc(q, 0)[1] for q in range(n)]
-        dst = [sig.loc(q, 1)[1] for q in range(n)]
-        a, b = offs[r], offs[r] + counts[r]
-        mine, ours = xf[a:b], of[a:b]
-        step = max(1, d.tuning.cma_chunk_bytes // isz)
-        tmp = self.scratch(step * (n - 1), dt)
-        for lo in range(0, mine.size, step):
-            c = min(step, mine.size - lo)
-            bufs = [tmp[i * step:i * step + c] for i in range(n - 1)]
-            for buf, q in zip(bufs, sig.others):
-                cma_read(ctx, buf, Remote(d.pids[q], src[q] + (a + lo) * isz, c * isz, sig.world[q]))
-            d.reduce(op, ours[lo:lo + c], [mine[lo:lo + c]] + bufs)
+        sig = d.sig
+        plan = self.read_plan(x, out)
+        for ours, srcs, at in plan.chunks:
+            for buf, q in zip(srcs[1:], sig.others):  # at the address of x q posted
+                cma_read(ctx, buf, Remote(d.pids[q], sig.loc(q, 0)[1] + at, buf.nbytes, sig.world[q]))
+            d.reduce(op, ours, srcs)
         sig.flag[0] = base + REDUCED
-        for q in sig.others:
+        for q, seg, at in plan.gathers:
             if sig.flags[q][0] < base + REDUCED:
                 sig.wait(ctx, q, base + REDUCED, "segment reduced")
-            cma_read(ctx, of[offs[q]:offs[q] + counts[q]],
-                     Remote(d.pids[q], dst[q] + offs[q] * isz, counts[q] * isz, sig.world[q]))
+            cma_read(ctx, seg, Remote(d.pids[q], sig.loc(q, 1)[1] + at, seg.nbytes, sig.world[q]))  # its out
         if ctx.tracer is not None:
-            d.trace(ctx, "direct reduce-scatter", [(q, r, ours.nbytes) for q in range(n)])
-            d.trace(ctx, "direct all-gather", [(q, q, counts[q] * isz) for q in range(n)])
+            mine = sum(ours.nbytes for ours, _, _ in plan.chunks)
+            d.trace(ctx, "direct reduce-scatter", [(q, d.rank, mine) for q in range(d.size)])
+            d.trace(ctx, "direct all-gather", [(q, q, seg.nbytes) for q, seg, _ in plan.gathers])
         d.finish(ctx, base, 0)  # peers read our x and out: wait until they are done
 
     def push(self, ctx, base, op, plan, count, dt):
