@@ -9,7 +9,10 @@ below the threshold is at least as fast at every size (the median of round-by-ro
 each round about 20 ms of calls per road).
 
 - small_bytes: the header-exchange road against the point-to-point one (staging off);
-- stage_max_<collective>: a staged call on the direct roads against the staged-ring;
+- stage_max_<collective>: a staged call on the direct roads against the staged-ring; for
+  the all-reduce, in place (as dist.all_reduce and DDP's buckets call it) against the road
+  the table takes past the limit, the read in place where the kernel allows it (out of place
+  reads in place from cma_min_all_reduce whatever the limit), on a grid four sizes an octave;
 - cma_min_bytes: all-gather pieces of ordinary arrays read in place (process_vm_readv)
   against staged; stage_max_in_place: the same for in-place all-gathers (x inside out,
   FSDP2's form), staged against read in place from the smallest pieces;
@@ -47,10 +50,11 @@ ROUND_S = 0.02  # seconds of calls per road per round
 
 
 IN_PLACE = "all_gather in place"  # an all-gather whose x is the rank's own piece of out
+AR_IN_PLACE = "all_reduce in place"  # out is x
 
 
 def call(comm, kind, x, out):
-    if kind == "all_reduce":
+    if kind in ("all_reduce", AR_IN_PLACE):
         return comm.all_reduce(x, out=out)
     if kind == "reduce_scatter":
         return comm.reduce_scatter(x, out=out)
@@ -75,6 +79,9 @@ def arrays(comm, kind, nbytes, heap=False):
     if kind == IN_PLACE:
         out = make(count * n)
         return out[comm.rank * count:(comm.rank + 1) * count], out
+    if kind == AR_IN_PLACE:
+        out = make(count)
+        return out, out
     if kind == "reduce_scatter":
         count -= count % n
         return make(max(count, n)), make(max(count, n) // n)
@@ -168,11 +175,12 @@ def main(argv=None) -> int:
     n = probe.size
     values, log = {}, {}
 
-    def sizes(lo, hi):
-        out, s = [], lo
-        while s <= min(hi, a.max_bytes):
-            out.append(s)
-            s *= 2
+    def sizes(lo, hi, per_octave=1):
+        """lo, then per_octave sizes an octave (whole 4 KiB past 4 KiB), up to hi and --max-bytes."""
+        out, i = [], 0
+        while (s := int(lo * 2 ** (i / per_octave))) <= min(hi, a.max_bytes):
+            out.append(s if s < 4 * KiB else s - s % (4 * KiB))
+            i += 1
         return out
 
     if "small" in only and n > 1:
@@ -188,8 +196,13 @@ def main(argv=None) -> int:
         staged = with_settings(lambda: Communicator(stage="1"), {**{f"stage_max_{k}": 1 << 40 for k in STAGED},
                                                                  "cma_min_bytes": 1 << 40})
         for kind in STAGED:
-            ring = Communicator(stage="1", road={kind: Road.STAGED_RING})
-            got = crossover(f"stage_max_{kind}", [staged, ring], kind, sizes(64 * KiB, 8 * MiB), a.rounds, log)
+            if kind == "all_reduce":  # the table's own road past the limit: lift nothing, force nothing
+                ring = with_settings(lambda: Communicator(stage="1"), {"stage_max_all_reduce": 0})
+                got = crossover("stage_max_all_reduce", [staged, ring], AR_IN_PLACE, sizes(64 * KiB, 8 * MiB, 4),
+                                a.rounds, log)
+            else:
+                ring = Communicator(stage="1", road={kind: Road.STAGED_RING})
+                got = crossover(f"stage_max_{kind}", [staged, ring], kind, sizes(64 * KiB, 8 * MiB), a.rounds, log)
             values[f"stage_max_{kind}"] = got if got is not None else 0
             ring.close()
         staged.close()

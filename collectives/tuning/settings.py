@@ -76,11 +76,15 @@ SETTINGS = (
             "auto where measured to win: stage_ranks ranks of one node"),
     Setting("stage_ranks", 2, None, "the node size the stage_max_* limits were measured at (auto stages only there)",
             CPU2),
-    Setting("stage_max_all_reduce", 1 * MiB, None, "staged all-reduces up to this size; larger ones take the ring",
-            "2 ranks on a 2-core Intel VM (2 MiB L2, 480 MiB L3): one phase through the stage 1.42-1.51x raw MPI "
-            "at 1 MiB, 0.95-0.97x at 1.5-2 MiB, where the staged-ring is 1.03-1.10x; bench/tune.py 1 MiB "
-            "(bench/results/2026-12-06-cpu2g-baselines/two-mib.txt). The 2 MiB that bench/tune.py gave on the "
-            f"first machine ({TUNE_FILE}) was measured on inputs never written, whose stage copy reads one zero page"),
+    Setting("stage_max_all_reduce", 1720 * KiB, None,
+            "staged all-reduces up to this size; larger ones are read in place (in place, private arrays, "
+            "where the kernel allows process_vm_readv) or take the ring",
+            "2 ranks on a 2-core Intel VM (2 MiB L2, 300 MiB L3): bench/tune.py (in place, staged against read in "
+            "place, four sizes an octave) 1720 KiB in three runs; in place the stage is 1.20x raw MPI's "
+            "MPI.IN_PLACE all-reduce at 1200 KiB and 1.01x at 1500 KiB where the read in place is 0.91x and "
+            "0.85x (medians of three launches; bench/results/2026-12-07-cpu2h-stage-limit/). Out of place it "
+            "governs only where process_vm_readv is refused: the stage 1.13x raw MPI at 1500 KiB against "
+            "the staged-ring's 1.18x there"),
     Setting("stage_max_reduce_scatter", 1 * MiB, None, "staged reduce-scatters up to this size",
             f"the value that holds on both machines measured: on the first ({CPU2}, C programs from the first "
             f"line) staged took 0.37-0.60x the staged-ring's time at 1-2 MiB, 1.29x at 4 MiB ({TUNE_FILE}); on "
