@@ -196,7 +196,7 @@ def main(argv=None) -> int:
         staged = with_settings(lambda: Communicator(stage="1"), {**{f"stage_max_{k}": 1 << 40 for k in STAGED},
                                                                  "cma_min_bytes": 1 << 40})
         for kind in STAGED:
-            if kind == "all_reduce":  # the table's own road past the limit: lift nothing, force nothing
+            if kind == "all_reduce":  # every size past the limit: the road the table takes there, nothing forced
                 ring = with_settings(lambda: Communicator(stage="1"), {"stage_max_all_reduce": 0})
                 got = crossover("stage_max_all_reduce", [staged, ring], AR_IN_PLACE, sizes(64 * KiB, 8 * MiB, 4),
                                 a.rounds, log)
