@@ -40,3 +40,7 @@ for i in 1 2 3; do
     done
   done
 done
+for i in 1 2 3; do
+  $AR --symmetric -b 768K -e 2M -f 1.25 --json $D/heap-in-place-$i.json > $D/heap-in-place-$i.txt 2>&1
+done
+.venv/bin/python $D/torch_floor.py > $D/torch_floor.txt
