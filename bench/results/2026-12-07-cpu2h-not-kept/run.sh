@@ -44,3 +44,8 @@ for i in 1 2 3; do
   $AR --symmetric -b 768K -e 2M -f 1.25 --json $D/heap-in-place-$i.json > $D/heap-in-place-$i.txt 2>&1
 done
 .venv/bin/python $D/torch_floor.py > $D/torch_floor.txt
+for i in 1 2; do
+  COLLECTIVES_PIPE_MIN=1048576 $AR -b 1200K -e 3M -f 1.25 --json $D/P-$i.json > /dev/null 2>&1
+  COLLECTIVES_PIPE_MIN=1048576 COLLECTIVES_PIPE_CHUNK=131072 $AR -b 1200K -e 3M -f 1.25 --json $D/P128-$i.json > /dev/null 2>&1
+  $AR -b 1200K -e 3M -f 1.25 --json $D/Pmain-$i.json > /dev/null 2>&1
+done
