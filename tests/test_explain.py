@@ -227,7 +227,7 @@ def test_cli_direct():
     assert "(the push: memory sees each input read once" in p.stdout
     p = subprocess.run([sys.executable, "-m", "collectives.teach.explain", "all_reduce", "--algorithm", "direct", "--chunk",
                         "2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert p.returncode == 2 and "the ring and the pipe only" in p.stderr
+    assert p.returncode == 2 and "applies to the ring, the pipe and the all-reduce read in place only" in p.stderr
 
 
 def test_svg_draws_direct_reads(tmp_path):
@@ -256,6 +256,84 @@ def test_svg_draws_direct_reads(tmp_path):
     reads = [e for e in ET.parse(path).getroot().iter(SVG + "line") if e.get("class") == "read"]
     assert sorted((int(e.get("data-src")), int(e.get("data-dst")), int(e.get("data-bytes"))) for e in reads) == \
         [(q, r, [8, 4, 12][q]) for q in range(3) for r in range(3) if q != r]
+
+
+def private_read_bytes(op, n, count, counts, itemsize, root, mode):
+    """direct_read_bytes for ordinary arrays: a staged all-reduce takes one phase up to 32 KiB and
+    on two ranks at any size; one read in place always takes two (64-byte aligned segments)."""
+    if op == "all_reduce" and n > 1:
+        b = count * itemsize
+        if mode == "stage" and (b <= 32 * 1024 or n == 2):
+            return [(n - 1) * b] * n
+        seg = [c * itemsize for c in split_counts(count, n, 64 // itemsize)]
+        return [(n - 1) * seg[r] + b - seg[r] for r in range(n)]
+    return direct_read_bytes(op, n, count, counts, itemsize, root)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+@pytest.mark.parametrize("mode,op", [("stage", op) for op in OPS] +
+                         [("read", op) for op in ("all_reduce", "all_gather", "broadcast")])
+def test_private_reads_match_formulas(mode, op, world, monkeypatch):
+    """--algorithm stage and read-in-place: ordinary arrays on the real direct code, staged into
+    the stage window or read with process_vm_readv (each read counted), uneven pieces, the
+    read-in-place all-reduce in many chunks; reads as worked out here, nothing sent, numpy's
+    results, and every rank took the road it names."""
+    from collectives.symmetric import cma
+    from collectives.teach.explain_direct import _can_read_in_place, direct_checks, run_direct
+    if mode == "read" and not _can_read_in_place():
+        pytest.skip("this kernel refuses process_vm_readv")
+    calls = []
+    real = cma.read
+    monkeypatch.setattr(cma, "read", lambda dst, src: (calls.append(src.nbytes), real(dst, src))[1])
+    cases = [(c, None) for c in (0, 1, 16, 9000)]
+    if op in ("reduce_scatter", "all_gather"):
+        cases += [(0, [c % 4 for c in range(2, world + 2)])]
+    for count, counts in cases:
+        root = count % world
+        calls.clear()
+        chunk = 256 if mode == "read" and op == "all_reduce" else 0
+        d = run_direct(op, world, count, root=root, counts=counts, private=mode, chunk=chunk)
+        got = d.tracer.totals()
+        want = private_read_bytes(op, world, count if counts is None else sum(counts), counts, 4, root, mode)
+        assert [got.get(r, {}).get("recv", 0) for r in range(world)] == want, (count, counts)
+        assert all(g["sent"] == 0 for g in got.values())
+        if mode == "read" and world > 1:  # every byte read from a peer went through process_vm_readv
+            assert sum(calls) == sum(want), (count, calls)
+            if op == "all_reduce" and count == 9000:  # 256 B chunks of each peer's segment, then each
+                # rank reads every peer's reduced segment whole (the ranks' reads interleave in ``calls``)
+                big = [c for c in calls if c > 256]
+                assert len(big) == world * (world - 1) and len(calls) - len(big) >= 9000 * 4 // 256, calls
+        if mode == "stage":
+            assert not calls
+        bad = [c for c in direct_checks(d) if not c.ok]
+        assert not bad, (count, counts, bad)
+        names = {c.name for c in direct_checks(d)}
+        assert world == 1 or d.nbytes == 0 or ("staged" if mode == "stage" else "read in place") in names
+
+
+def test_cli_stage_and_read_in_place():
+    from collectives.teach.explain_direct import _can_read_in_place
+    run = lambda *a: subprocess.run([sys.executable, "-m", "collectives.teach.explain", *a], capture_output=True,
+                                    text=True, cwd=ROOT, timeout=60)
+    p = run("all_gather", "--ranks", "3", "--count", "6", "--algorithm", "stage")
+    assert p.returncode == 0, p.stderr
+    assert "each rank copies its input into its half of the stage window" in p.stdout
+    assert "rank 2 reads from rank 1's stage copy: its piece of 2 elements into out [2:4), 8 B" in p.stdout
+    assert "returns without waiting" in p.stdout and "[ok] staged" in p.stdout and "FAIL" not in p.stdout
+    p = run("all_reduce", "--algorithm", "stage", "--chunk", "4")
+    assert p.returncode == 2 and "read in place only" in p.stderr
+    if not _can_read_in_place():
+        return
+    p = run("all_reduce", "--ranks", "2", "--count", "64", "--algorithm", "read-in-place", "--chunk", "8")
+    assert p.returncode == 0, p.stderr
+    assert "each rank reduces its own segment in chunks of 32 B" in p.stdout
+    assert "rank 0 copies from rank 1's memory (process_vm_readv): seg 0 [0:32) of its input, 128 B" in p.stdout
+    assert "rank 1 copies from rank 0's memory (process_vm_readv): reduced seg 0 [0:32) of its output, 128 B" in p.stdout
+    assert "  rank 1: [11 x64]" in p.stdout and "[ok] read in place" in p.stdout and "FAIL" not in p.stdout
+    p = run("reduce_scatter", "--algorithm", "read-in-place")
+    assert p.returncode == 2 and "staged (--algorithm stage) or goes over messages" in p.stderr
+    p = run("all_gather", "--algorithm", "read-in-place", "--chunk", "2")
+    assert p.returncode == 2 and "pieces are read whole" in p.stderr
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])

@@ -5,6 +5,7 @@
     python -m collectives.teach.explain all_reduce --ranks 4 --count 16 --svg ring.svg
     python -m collectives.teach.explain all_reduce --ranks 4 --count 9000 --algorithm direct
     python -m collectives.teach.explain all_reduce --ranks 2 --count 9000 --algorithm pipe
+    python -m collectives.teach.explain all_reduce --ranks 2 --count 64 --algorithm read-in-place --chunk 8
 
 The real ring algorithms (ring.py) run on simulated
 ranks: one thread per rank over the in-process transport, with a
@@ -15,6 +16,11 @@ a recorded send, receive or reduce.
 ``--algorithm pipe`` shows how the largest all-reduces and all-gathers of
 ordinary (private) arrays go: in chunks through slots in shared memory
 (collectives/symmetric/pipe.py), the same C loop that runs under mpirun.
+
+``--algorithm stage`` and ``--algorithm read-in-place`` show the two ways an
+ordinary (private) array gets to where its peers can read it on one node:
+copied into the rank's stage window in the heap (symmetric/stage.py), or read
+straight out of the owner's memory with process_vm_readv (symmetric/cma.py).
 
 ``--algorithm direct`` shows the direct path instead (buffers in the node's
 symmetric heap, collectives/symmetric): which rank read which bytes of whose
@@ -64,12 +70,16 @@ def main(argv=None) -> int:
     ap.add_argument("--counts", help="elements per segment, comma-separated (uneven allowed), e.g. 5,0,3,1")
     ap.add_argument("--dtype", default="float32", choices=DTYPES)
     ap.add_argument("--chunk", type=int, default=None, help="chunk size in elements (default: whole segments; "
-                    "the pipe: 256 KiB, rounded up to whole 64-byte lines)")
+                    "the pipe: 256 KiB, rounded up to whole 64-byte lines; read-in-place: the all-reduce's chunk, "
+                    "512 KiB)")
     ap.add_argument("--root", type=int, default=0, help="broadcast root")
     ap.add_argument("--buffers", action=argparse.BooleanOptionalAction, default=None,
                     help="print every rank's buffer after each step (default: when count <= 64)")
-    ap.add_argument("--algorithm", default="ring", choices=("ring", "direct", "pipe", "cuda-ring"),
+    ap.add_argument("--algorithm", default="ring", choices=("ring", "direct", "stage", "read-in-place", "pipe",
+                                                             "cuda-ring"),
                     help="ring (host/ring.py, default), direct (reads of peers' buffers in the symmetric heap), "
+                         "stage (ordinary arrays copied into the stage window and read there), read-in-place "
+                         "(ordinary arrays read with process_vm_readv: all_reduce, all_gather, broadcast), "
                          "pipe (private arrays in chunks through shared-memory slots: all_reduce, all_gather) or "
                          "cuda-ring (the GPU kernels' own source on CPU threads: which block moved which slice "
                          "through whose slots)")
@@ -86,17 +96,19 @@ def main(argv=None) -> int:
         text = explain_kernels(args.op, args.ranks, args.count, args.dtype, slot_bytes=slot)
         print(text)
         return 0 if text.endswith("equal their formulas") else 1
-    if args.algorithm in ("direct", "pipe"):
-        if args.chunk and args.algorithm == "direct":
-            ap.error("--chunk applies to the ring and the pipe only (the direct path reads whole segments)")
+    if args.algorithm in ("direct", "stage", "read-in-place", "pipe"):
+        if args.chunk and args.algorithm in ("direct", "stage"):
+            ap.error("--chunk applies to the ring, the pipe and the all-reduce read in place only (the direct "
+                     "path reads whole segments)")
         from .explain_direct import direct_checks, run_direct
         from ..dtypes import to_dtype
         from ..tuning import defaults
-        pipe = 0 if args.algorithm == "direct" else \
-            args.chunk * to_dtype(args.dtype).itemsize if args.chunk else defaults().pipe_chunk_bytes
+        chunk = args.chunk * to_dtype(args.dtype).itemsize if args.chunk else 0
+        pipe = (chunk or defaults().pipe_chunk_bytes) if args.algorithm == "pipe" else 0
+        private = {"stage": "stage", "read-in-place": "read"}.get(args.algorithm, "")
         try:
             d = run_direct(args.op, args.ranks, args.count, dtype=args.dtype, root=args.root, counts=counts,
-                           pipe=pipe)
+                           pipe=pipe, private=private, chunk=chunk if private == "read" else 0)
         except ValueError as e:
             ap.error(str(e))
         print(render_direct(d, args.buffers))

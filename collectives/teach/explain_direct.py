@@ -13,9 +13,19 @@ above, with every out in the heap, each rank writes its reduced segment into
 every out). The reads are
 recorded by the code's own trace events (phase "direct ..."), checked
 against ``volumes.direct_volumes`` and every result against numpy.
+
+Ordinary arrays (``private``) take the roads they take under mpirun: "stage"
+copies each rank's input into its half of the stage window (stage.py), where
+peers read it as a heap input; "read" has peers copy it straight out of the
+owner's memory with ``process_vm_readv`` (cma.py; the all-reduce's
+``read_in_place``). The simulated ranks are threads of one process, so there
+the kernel copies within it, from the address the owner posted, as it copies
+between processes.
 """
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -31,6 +41,7 @@ from .simulate import simulate
 from .. import roads
 from ..fast.codes import has_c
 from ..roads import Facts, Road
+from ..symmetric import cma
 from ..symmetric.direct import Direct
 from ..symmetric.signals import Signals
 from ..tuning import defaults, load
@@ -133,30 +144,59 @@ class DirectRun:
     inputs: list
     outputs: list = field(default_factory=list)
     pipe: int = 0  # the pipe's chunk in bytes when the run went through it (private arrays), else 0
+    private: str = ""  # ordinary arrays: "stage" (copied into the stage window) or "read" (process_vm_readv)
+    chunk: int = 0  # "read": the all-reduce's chunk in bytes (cma_chunk_bytes)
+    staged: list = field(default_factory=list)  # per rank: some input was staged in its call (Direct.staged)
+    offered: list = field(default_factory=list)  # per rank: it offered its input in place (Direct.offered)
 
     @property
     def nbytes(self) -> int:
         return sum(self.counts) * self.dtype.itemsize
 
 
-def direct_counts(op: str, world: int, count: int, dtype, counts=None) -> tuple[list[int], bool]:
+def direct_counts(op: str, world: int, count: int, dtype, counts=None, private: str = "") -> tuple[list[int], bool]:
     """The segments the direct path cuts and whether an all-reduce takes one phase.
     All-reduce: 64-byte aligned segments, as symmetric/allreduce.py cuts them (if
     the two rules drift apart, the byte check below fails); the others: ``counts``
     or an even split."""
     dt = np.dtype(dtype)
     if op == "all_reduce":
-        # the road table's rule for explain's layout: every input in one heap window, every
-        # out in another (never in place), nothing staged
+        # the road table's rule for explain's layout: every input in one heap window, every out in
+        # another (never in place), nothing staged; staged, every input; read in place: two phases
+        staged = private == "stage"
         f = Facts("all_reduce", count * dt.itemsize, count * dt.itemsize, dt, "sum", world, direct=True,
-                  staged=False, pushable=True, overlap=False)
-        one_phase = roads.choose(f, defaults()).road is Road.ONE_PHASE
+                  staged=staged, pushable=not staged, overlap=False)
+        one_phase = private != "read" and roads.choose(f, _tuning(private, 0)).road is Road.ONE_PHASE
         return split_counts(count, world, max(1, 64 // dt.itemsize)), one_phase
     return (list(counts) if counts is not None else split_counts(count, world)), False
 
 
+def _tuning(private: str, chunk: int):
+    """The tuning a run takes: the defaults; staged at every size ("stage"); read in place
+    from the first byte, the all-reduce in chunks of ``chunk`` bytes ("read")."""
+    if private == "stage":
+        return load({}, stage="1")
+    if private == "read":
+        return load({}, cma_min_all_reduce=1, cma_min_bytes=1, **({"cma_chunk_bytes": chunk} if chunk else {}))
+    return defaults()
+
+
+@functools.lru_cache(maxsize=None)
+def _can_read_in_place() -> bool:
+    """Whether this kernel lets a process read its own memory with process_vm_readv."""
+    if cma._readv is None:
+        return False
+    want, got = np.arange(8, dtype=np.int64), np.zeros(8, np.int64)
+    try:
+        cma.read(got, cma.Remote(os.getpid(), cma.address(want), want.nbytes, 0))
+    except OSError:
+        return False
+    return bool((got == want).all())
+
+
 def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root: int = 0,
-               counts: list[int] | None = None, timeout: float = 30.0, pipe: int = 0) -> DirectRun:
+               counts: list[int] | None = None, timeout: float = 30.0, pipe: int = 0, private: str = "",
+               chunk: int = 0) -> DirectRun:
     """Run one direct collective on ``world`` simulated ranks over a stand-in heap.
 
     Args:
@@ -170,6 +210,12 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
       pipe: private arrays (ordinary ones, not in the heap) through the pipe
         (symmetric/pipe.py) in chunks of this many bytes (whole 64-byte lines);
         0: every buffer in the heap. All-reduce and all-gather only.
+      private: ordinary arrays, "stage" (each input copied into its rank's stage
+        window, read there: symmetric/stage.py) or "read" (read in place with
+        process_vm_readv: symmetric/cma.py; all-reduce, all-gather, broadcast);
+        "": every buffer in the heap.
+      chunk: "read": the all-reduce's chunk in bytes (the tuning's cma_chunk_bytes;
+        0: its default).
     """
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; choose from {', '.join(OPS)}")
@@ -179,19 +225,31 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
         if not has_c():
             raise ValueError("the pipe runs in C (csrc/pipe.c), and the extension was not built")
         pipe = max(64, -(-pipe // 64) * 64)
+    if private not in ("", "stage", "read") or (private and pipe):
+        raise ValueError(f"private is '', 'stage' or 'read' (and not with the pipe); got {private!r}")
+    if private == "read":
+        if op == "reduce_scatter":
+            raise ValueError("read in place serves all_reduce, all_gather and broadcast: a reduce-scatter of "
+                             "ordinary arrays is staged (--algorithm stage) or goes over messages")
+        if not _can_read_in_place():
+            raise ValueError("this kernel refuses process_vm_readv (not Linux, or a ptrace restriction): "
+                             "ordinary arrays are staged here")
+    if chunk and (private != "read" or op != "all_reduce"):
+        raise ValueError("chunk applies to the all-reduce read in place only (pieces are read whole)")
     if world < 1 or not 0 <= root < world:
         raise ValueError(f"bad world={world} or root={root}")
     if counts is not None and (op not in ("reduce_scatter", "all_gather") or len(counts) != world
                                or min(counts) < 0):
         raise ValueError(f"counts must be {world} numbers >= 0, for reduce_scatter or all_gather; got {counts}")
     dt = np.dtype(dtype)
-    segs, one_phase = direct_counts(op, world, count if counts is None else sum(counts), dt, counts)
+    segs, one_phase = direct_counts(op, world, count if counts is None else sum(counts), dt, counts, private)
     n = sum(segs)
     node, tracer = _Node(world, timeout), Tracer()
     value = [10 ** r if world <= 8 else r + 1 for r in range(world)]
+    each = (chunk or _tuning(private, 0).cma_chunk_bytes) if private == "read" else 0
     result = DirectRun(op, world, segs, dt, root, one_phase and not pipe, tracer,
                        [np.full(segs[r] if op == "all_gather" else n, value[r], dt) for r in range(world)],
-                       [None] * world, pipe)
+                       [None] * world, pipe, private, each, [False] * world, [False] * world)
     label = f"{op} #0"
 
     def body(comm):
@@ -202,6 +260,11 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
         if pipe:  # private arrays, and the pipe from the first byte, in chunks of ``pipe`` bytes
             direct = Direct(heap, sig, load({}, pipe_chunk_bytes=pipe), {op: Road.PIPE})
             x, out = result.inputs[r].copy(), np.empty(n, dt)
+        elif private:  # ordinary arrays, as a caller's numpy arrays are
+            direct = Direct(heap, sig, _tuning(private, chunk))
+            if private == "read":  # every rank's pid: the same process here
+                direct.pids = [os.getpid()] * world
+            x, out = result.inputs[r].copy(), np.empty(segs[r] if op == "reduce_scatter" else n, dt)
         else:
             direct = Direct(heap, sig, t)
             x = heap.alloc(result.inputs[r].shape, dt)  # every rank allocates alike, in the same order
@@ -221,6 +284,7 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
             direct.broadcast(ctx, hdr, x, out, root, heap.locate(x))
         tracer.end(label, rank=r)
         result.outputs[r] = out.copy()
+        result.staged[r], result.offered[r] = bool(direct.staged), bool(direct.offered)
 
     simulate(world, body, timeout=timeout)
     return result
@@ -290,6 +354,13 @@ def direct_checks(run: DirectRun) -> list:
             order.append(e["phase"])
     phases = sorted(order, key=lambda p: list(PHASES).index(p) if p in PHASES else -1)
     out.append(Check("phases", phases == expected_phases(run), f"{', '.join(phases) or 'none'}"))
+    if run.private == "stage" and run.world > 1 and run.nbytes:
+        out.append(Check("staged", all(run.staged), "every rank's call read inputs staged in the stage window"))
+    if run.private == "read" and run.world > 1 and run.nbytes:  # (nothing to read: nothing offered)
+        offered = [r for r in range(run.world) if run.offered[r]]
+        want = [run.root] if run.op == "broadcast" else list(range(run.world))
+        out.append(Check("read in place", offered == want and not any(run.staged),
+                         f"ranks {offered} offered their input to process_vm_readv, none staged"))
     ok = all(np.array_equal(o, e) for o, e in zip(run.outputs, reference(run)))
     out.append(Check("result", ok, "every rank's output equals numpy's"))
     return out

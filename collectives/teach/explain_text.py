@@ -136,6 +136,28 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
                  f"while still in cache, and every write into out is a streaming store; nothing is sent",
                  f"steps: {max(-(-c * it // run.pipe) for c in counts)} (the most chunks in a segment); in each, "
                  f"every rank moves the same chunk of every segment and counts the step in its control slot"]
+    elif run.private == "stage":
+        lines = [f"{run.op} of {whole} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks, staged "
+                 f"(symmetric/stage.py and direct.py, over a stand-in heap)",
+                 "every buffer is an ordinary array, private to its rank (as a caller's numpy arrays are): " +
+                 ("the root copies its input" if run.op == "broadcast" else "each rank copies its input") +
+                 " into its half of the stage window for this call (the two halves take turns, call by call), in "
+                 "the node's heap, and peers read it there; each rank writes only its own output; nothing is sent"]
+    elif run.private == "read":
+        lines = [f"{run.op} of {whole} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks, read in place "
+                 f"(symmetric/cma.py" + (" and allreduce.py's read_in_place" if run.op == "all_reduce" else "") +
+                 ", over a stand-in heap)",
+                 "every buffer is an ordinary array, private to its rank: " +
+                 ("the root posts the address of its input" if run.op == "broadcast" else
+                  "each rank posts the addresses of its input and output" if run.op == "all_reduce" else
+                  "each rank posts the address of its input") +
+                 " in its control slot, and peers copy straight out of its memory with process_vm_readv, one copy "
+                 "made by the kernel (the simulated ranks are threads of one process, so here the kernel copies "
+                 "within it); nothing is staged, nothing is sent"]
+        if run.op == "all_reduce":
+            lines.append(f"each rank reduces its own segment in chunks of {run.chunk} B: each peer's chunk of input "
+                         "is read into a small scratch and added while it is in cache; then REDUCED, and each rank "
+                         "reads every peer's reduced segment from that peer's output")
     else:
         lines = [f"{run.op} of {whole} x {run.dtype.name} ({run.nbytes} B) on {n} simulated ranks, direct reads "
                  f"(symmetric/direct.py over a stand-in heap)",
@@ -179,11 +201,28 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
                              f"{e['nbytes']} B")
             elif e.get("pushed"):  # the owner wrote it into this rank's out
                 lines.append(f"  rank {q} writes into rank {e['rank']}'s out: {what}, {e['nbytes']} B")
+            elif run.private == "read":
+                lines.append(f"  rank {e['rank']} copies from rank {q}'s memory (process_vm_readv): {what}, "
+                             f"{e['nbytes']} B")
+            elif run.private == "stage" and phase == "direct all-gather" and run.op == "all_reduce":
+                # its out is private: the owner reduced its segment into its scratch in the heap
+                lines.append(f"  rank {e['rank']} reads from rank {q}'s scratch in the heap: reduced seg {seg} "
+                             f"[{offs[seg]}:{offs[seg + 1]}), {e['nbytes']} B")
+            elif run.private == "stage":
+                lines.append(f"  rank {e['rank']} reads from rank {q}'s stage copy: {what}, {e['nbytes']} B")
             else:
                 lines.append(f"  rank {e['rank']} reads from rank {q}: {what}, {e['nbytes']} B")
     if run.pipe:
         lines += ["", "done: every rank raises its flag to DONE and returns: nobody reads its private buffers, and "
                   "a slot is written again only once every peer's step counter says it took what the slot held"]
+    elif run.private == "stage":
+        lines += ["", "done: every rank raises its flag to DONE and returns without waiting: peers read only its "
+                  "stage copy (and the heap's scratch), which is written again only after every peer has posted a "
+                  "later call"]
+    elif run.private == "read":
+        who = "the root" if run.op == "broadcast" else "every rank"
+        lines += ["", f"done: every rank raises its flag to DONE; {who} waits for every peer's before returning: "
+                  "peers read its own arrays in place, and the caller may overwrite them once it returns"]
     else:
         lines += ["", "done: every rank raises its flag to DONE and waits for every peer's before returning "
                   "(the caller may then overwrite its buffers)"]
