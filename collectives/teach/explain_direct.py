@@ -1,11 +1,7 @@
 """explain's direct path: the real direct algorithms (symmetric/direct.py) and their
-real signals (symmetric/signals.py) on simulated ranks, over a stand-in heap.
-
-Under mpirun the heap is shared-memory segments that every rank of a node
-maps. Here the ranks are threads of one process, so a window is simply one
-numpy array per rank that every thread can see: ``StandInHeap`` gives
-``Direct`` and ``Signals`` the interface of ``Heap`` (``window``, ``alloc``,
-``scratch``, ``locate``, ``peer_view``, ``node.barrier``) over such arrays. Driving the real code (rather than re-deriving its schedule)
+real signals (symmetric/signals.py) on simulated ranks, over a stand-in heap
+(stand_in_heap.py: the ranks are threads of one process, so a window is one
+numpy array per rank that every thread can see). Driving the real code (rather than re-deriving its schedule)
 means that what explain shows is what runs: the header agreement, the
 flags, which rank reads which bytes of whose buffer, and the two phases of
 a large all-reduce (one phase up to the tuning table's one_phase_bytes;
@@ -26,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +33,7 @@ from ..safety.header import ALGORITHMS, COLLECTIVES, make_header
 from ..kernels import NUMPY_KERNELS
 from ..host.schedule import offsets, split_counts
 from .simulate import simulate
+from .stand_in_heap import StandInHeap, StandInNode
 from .. import roads
 from ..fast.codes import has_c
 from ..roads import Facts, Road
@@ -50,84 +46,6 @@ from .trace import Tracer
 from ..volumes import direct_volumes
 
 OPS = DATA_COLLECTIVES
-
-
-class _Window:
-    """One rank's view of a shared window: every rank's segment (``peers``) and its own."""
-
-    def __init__(self, segments: list, rank: int, index: int):
-        self.peers, self.mine, self.index = segments, segments[rank], index
-        self.nbytes = self.mine.nbytes
-
-
-class _Node:
-    """What the threads of one simulated node share: the windows and a barrier."""
-
-    def __init__(self, world: int, timeout: float):
-        self.world, self.timeout = world, timeout
-        self.segments: list = []  # per window: one uint8 array per rank
-        self.lock = threading.Lock()
-        self.barrier = threading.Barrier(world)
-
-    def wait(self) -> None:
-        self.barrier.wait(self.timeout)
-
-
-class _Barrier:
-    """The node bootstrap's barrier, for Signals."""
-
-    def __init__(self, node: _Node):
-        self.barrier = node.wait
-
-
-class StandInHeap:
-    """The interface of symmetric/heap.Heap over numpy arrays shared by threads.
-
-    Args:
-      node: the shared state of the simulated node.
-      rank: this thread's rank.
-    """
-
-    def __init__(self, node: _Node, rank: int):
-        self.shared, self.rank, self.size = node, rank, node.world
-        self.node = _Barrier(node)
-        self.windows: list = []
-        self._scratch: dict = {}
-
-    def window(self, nbytes: int) -> _Window:
-        """The next window (every rank asks in the same order, as for MPI's collective call)."""
-        i = len(self.windows)
-        with self.shared.lock:
-            if i == len(self.shared.segments):
-                self.shared.segments.append([np.zeros(max(int(nbytes), 64), np.uint8) for _ in range(self.size)])
-            segments = self.shared.segments[i]
-        w = _Window(segments, self.rank, i)
-        self.windows.append(w)
-        return w
-
-    def alloc(self, shape, dtype) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        return self.window(count * dtype.itemsize).mine[:count * dtype.itemsize].view(dtype).reshape(shape)
-
-    def scratch(self, nbytes: int, name: str = "scratch") -> _Window:
-        s = self._scratch.get(name)
-        if s is None or s.nbytes < nbytes:
-            s = self._scratch[name] = self.window(max(nbytes, 1 << 16))
-        return s
-
-    def locate(self, x):
-        """(window, byte offset) of ``x`` in this rank's segments, or None."""
-        at = x.__array_interface__["data"][0]
-        for w in self.windows:
-            off = at - w.mine.__array_interface__["data"][0]
-            if 0 <= off <= w.nbytes - x.nbytes:
-                return w.index, off
-        return None
-
-    def peer_view(self, q: int, loc, count: int, dtype) -> np.ndarray:
-        off = loc[1]
-        return self.windows[loc[0]].peers[q][off:off + count * np.dtype(dtype).itemsize].view(dtype)
 
 
 @dataclass
@@ -244,7 +162,7 @@ def run_direct(op: str, world: int, count: int, *, dtype: str = "float32", root:
     dt = np.dtype(dtype)
     segs, one_phase = direct_counts(op, world, count if counts is None else sum(counts), dt, counts, private)
     n = sum(segs)
-    node, tracer = _Node(world, timeout), Tracer()
+    node, tracer = StandInNode(world, timeout), Tracer()
     value = [10 ** r if world <= 8 else r + 1 for r in range(world)]
     each = (chunk or _tuning(private, 0).cma_chunk_bytes) if private == "read" else 0
     result = DirectRun(op, world, segs, dt, root, one_phase and not pipe, tracer,
