@@ -216,9 +216,9 @@ def render_direct(run, show_buffers: bool | None = None) -> str:
         lines += ["", "done: every rank raises its flag to DONE and returns: nobody reads its private buffers, and "
                   "a slot is written again only once every peer's step counter says it took what the slot held"]
     elif run.private == "stage":
-        lines += ["", "done: every rank raises its flag to DONE and returns without waiting: peers read only its "
-                  "stage copy (and the heap's scratch), which is written again only after every peer has posted a "
-                  "later call"]
+        held = "stage copy and its scratch in the heap, which are" if run.op == "all_reduce" else "stage copy, which is"
+        lines += ["", f"done: every rank raises its flag to DONE and returns without waiting: peers read only its "
+                  f"{held} written again only after every peer has posted a later call"]
     elif run.private == "read":
         who = "the root" if run.op == "broadcast" else "every rank"
         lines += ["", f"done: every rank raises its flag to DONE; {who} waits for every peer's before returning: "
